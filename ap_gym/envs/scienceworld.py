@@ -1,0 +1,254 @@
+"""ScienceWorld (Wang et al., 2022) as ``ap_gym/ScienceWorld-v0``.
+
+All 30 task types. Task ids are ``"<task-name>/<variation>"``, e.g. ``"boil/12"``.
+
+The split is the paper's: 150 training instances (5 variations per task type, drawn with
+a fixed seed from ScienceWorld's official *train* variations; ``identify-life-stages-2``
+has only 4 there, so its fifth comes from the *dev* variations) and 60 held-out
+instances (2 per type from the official *test* variations). Official train, dev and
+test variations are disjoint, so no variation is in both splits.
+
+Success is ``score == 100``. ScienceWorld's own ``done`` (``isCompleted``) is also true
+when the agent fails a task or the score goes negative, so it is never read as
+success: a completed episode below 100 is a loss.
+
+Admissible commands are expensive: the engine's valid-action list costs ~70 ms a step
+against ~3 ms for the step itself. They are computed only when asked for
+(``admissible_commands=True`` at construction or in ``reset`` options). Steps go
+straight to the engine's ``step``/``getScore``/``getCompleted``, skipping the Python
+wrapper's per-step look, inventory and valid-action calls.
+
+One JVM per env, reused across resets; ``close()`` ends it. If the JVM dies, the step
+raises :class:`~ap_gym.errors.EnvInfrastructureError` and the next ``reset`` starts a
+new one.
+
+Reset options: ``task_id``, ``split``, ``admissible_commands`` and ``walkthrough``
+(load with the gold path and put ``info["walkthrough"]``, the engine's gold action
+sequence; loading is slower with it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from ap_gym.envs.base import StartResult, StepResult, TextEnv
+from ap_gym.errors import EnvInfrastructureError
+from ap_gym.paths import atomic_write_json, cache_dir
+
+__all__ = ["ScienceWorldEnv", "official_variations", "scienceworld_split"]
+
+log = logging.getLogger(__name__)
+# py4j logs a full traceback for every refused connection to a dead JVM; we raise one
+# clear EnvInfrastructureError instead.
+logging.getLogger("py4j.java_gateway").setLevel(logging.CRITICAL)
+logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+TRAIN_PER_TYPE = 5
+TEST_PER_TYPE = 2
+SPLIT_SEED = 2610_27406
+
+
+def _start_engine() -> Any:
+    try:
+        from scienceworld import ScienceWorldEnv as _Engine
+    except ImportError as e:  # pragma: no cover - a core dependency
+        raise ImportError("ScienceWorld is missing: pip install scienceworld==1.2.3 (needs Java)") from e
+    try:
+        return _Engine("", envStepLimit=10**9)
+    except Exception as e:
+        raise EnvInfrastructureError(
+            f"could not start ScienceWorld's JVM ({e}); check that `java -version` works"
+        ) from e
+
+
+def official_variations() -> dict[str, dict[str, list[int]]]:
+    """ScienceWorld's official train/dev/test variation ids per task, cached on disk."""
+    path = cache_dir("scienceworld") / "variations-1.2.3.json"
+    if path.exists():
+        with contextlib.suppress(ValueError, OSError):
+            data = json.loads(path.read_text())
+            if len(data) == 30:
+                return data
+    engine = _start_engine()
+    try:
+        data = {}
+        for task in engine.get_task_names():
+            engine.load(task, 0, "")
+            data[task] = {
+                "train": sorted(engine.get_variations_train()),
+                "dev": sorted(engine.get_variations_dev()),
+                "test": sorted(engine.get_variations_test()),
+            }
+    finally:
+        engine.close()
+    atomic_write_json(path, data)
+    return data
+
+
+@cache
+def scienceworld_split(seed: int = SPLIT_SEED) -> dict[str, list[str]]:
+    """The paper's split: 5 training and 2 held-out variations per task type."""
+    variations = official_variations()
+    rng = random.Random(seed)
+    train: list[str] = []
+    test: list[str] = []
+    for task in sorted(variations):
+        v = variations[task]
+        picked = rng.sample(v["train"], min(TRAIN_PER_TYPE, len(v["train"])))
+        if len(picked) < TRAIN_PER_TYPE:
+            picked += rng.sample(v["dev"], TRAIN_PER_TYPE - len(picked))
+        train += [f"{task}/{i}" for i in sorted(picked)]
+        test += [f"{task}/{i}" for i in sorted(rng.sample(v["test"], TEST_PER_TYPE))]
+    return {"train": train, "test": test}
+
+
+class ScienceWorldEnv(TextEnv):
+    """ScienceWorld behind the ap-gym text contract; see the module docstring.
+
+    Args:
+        split: ``"train"`` (150 instances) or ``"test"`` (60 held-out instances).
+        admissible_commands: compute the valid-action list every step (~70 ms each).
+        simplifications: ScienceWorld simplification string, e.g. ``"easy"``; empty by default.
+        split_seed: the seed that fixes the split; keep the default to compare with others.
+        render_mode: ``"ansi"`` or ``"human"``.
+
+    Example:
+        >>> import gymnasium as gym, ap_gym
+        >>> env = gym.make("ap_gym/ScienceWorld-v0", split="test")
+        >>> obs, info = env.reset(options={"task_id": "boil/" + ...})  # doctest: +SKIP
+    """
+
+    benchmark = "scienceworld"
+
+    def __init__(
+        self,
+        *,
+        split: str = "train",
+        admissible_commands: bool = False,
+        simplifications: str = "",
+        split_seed: int = SPLIT_SEED,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(split=split, admissible_commands=admissible_commands, render_mode=render_mode)
+        self.simplifications = simplifications
+        self.split_seed = split_seed
+        self._engine: Any = None
+
+    # ------------------------------------------------------------- engine
+    def _server(self) -> Any:
+        if self._engine is not None and not self._alive():
+            log.warning("ScienceWorld's JVM had died; starting a new one")
+            self._kill_engine()
+        if self._engine is None:
+            self._engine = _start_engine()
+        return self._engine.server
+
+    def _engine_died(self, e: BaseException) -> EnvInfrastructureError:
+        self._kill_engine()
+        self._task_id = None
+        return EnvInfrastructureError(
+            f"ScienceWorld's JVM stopped answering ({type(e).__name__}: {e}). "
+            "The episode is lost; call reset() to start a new JVM."
+        )
+
+    def _kill_engine(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is None:
+            return
+        with contextlib.suppress(Exception):
+            if engine._gateway.java_process.poll() is None:
+                engine.close()
+        with contextlib.suppress(Exception):
+            engine._gateway.java_process.kill()
+            engine._gateway.java_process.wait(timeout=10)
+        with contextlib.suppress(Exception):
+            engine._gateway.shutdown_callback_server()
+
+    def close(self) -> None:
+        self._kill_engine()
+        super().close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._kill_engine()
+
+    # -------------------------------------------------------------- hooks
+    def _task_ids(self, split: str) -> list[str]:
+        return scienceworld_split(self.split_seed)[split]
+
+    def has_task(self, task_id: str) -> bool:
+        task, _, var = task_id.rpartition("/")
+        variations = official_variations()
+        if task not in variations or not var.isdigit():
+            return False
+        return any(int(var) in ids for ids in variations[task].values())
+
+    def task_family(self, task_id: str) -> str:
+        return task_id.rpartition("/")[0]
+
+    def _start(self, task_id: str, options: Mapping[str, Any]) -> StartResult:
+        task, _, var = task_id.rpartition("/")
+        gold = bool(options.get("walkthrough", False))
+        try:
+            server = self._server()
+            server.load(task, int(var), self.simplifications, gold)
+            observation = str(server.step("look around"))
+            instruction = str(server.getTaskDescription())
+            score = _score(server)
+            extra: dict[str, Any] = {"variation": int(var)}
+            if gold:
+                extra["walkthrough"] = [str(a) for a in server.getGoldActionSequence()]
+            admissible = self._valid_actions(server) if self._admissible else None
+        except EnvInfrastructureError:
+            raise
+        except Exception as e:
+            if _is_py4j_network_error(e) or (self._engine is not None and not self._alive()):
+                raise self._engine_died(e) from None
+            raise
+        return StartResult(
+            observation=observation,
+            instruction=instruction,
+            score=score,
+            max_score=100.0,
+            admissible_commands=admissible,
+            extra=extra,
+        )
+
+    def _advance(self, action: str) -> StepResult:
+        try:
+            server = self._engine.server
+            observation = str(server.step(action))
+            score = _score(server)
+            completed = bool(server.getCompleted())
+            admissible = self._valid_actions(server) if self._admissible else None
+        except Exception as e:
+            if _is_py4j_network_error(e) or not self._alive():
+                raise self._engine_died(e) from None
+            raise
+        won = score >= 100
+        lost = not won and (completed or score < 0)
+        return StepResult(observation, float(score), won, lost, admissible)
+
+    def _alive(self) -> bool:
+        try:
+            return self._engine._gateway.java_process.poll() is None
+        except Exception:
+            return False
+
+    @staticmethod
+    def _valid_actions(server: Any) -> list[str]:
+        return sorted(str(a) for a in server.getValidActionObjectCombinations())
+
+
+def _score(server: Any) -> float:
+    return float(int(round(100 * server.getScore())))
+
+
+def _is_py4j_network_error(e: BaseException) -> bool:
+    name = type(e).__name__
+    return name in {"Py4JNetworkError", "Py4JError"} and "JavaError" not in name

@@ -1,0 +1,286 @@
+"""TextWorld (Côté et al., 2018) as ``ap_gym/TextWorld-v0``, with a generated default suite.
+
+The default suite holds 60 games made offline by TextWorld's own generator (the
+challenges behind ``tw-make``): 15 each of ``tw-simple``, ``tw-coin_collector``,
+``tw-treasure_hunter`` and ``tw-cooking``, spread over difficulty. Each game is fixed
+by its challenge settings and seed, generated on first use (3-5 s) and cached under the
+user cache directory (``ap-gym games textworld`` makes them all ahead of time). In each
+challenge, every third game by difficulty is held out: 40 training games, 20 held-out.
+
+``tw-simple`` games use ``--goal brief``: with ``detailed`` the first observation spells
+out the whole route, and memory could only interfere.
+
+Users add their own games (``.z8``/``.ulx`` made by ``tw-make`` or Inform 7) with
+``gym.make("ap_gym/TextWorld-v0", games=[...])``: a list of files or a directory serves
+the same games in both splits; ``{"train": [...], "test": [...]}`` splits them. The
+task id is the file's stem and the family is ``"custom"``.
+
+Success is TextWorld's ``won``. TextWorld's ``score`` is the running total, so the step
+reward is its change. Admissible commands are cheap here and on by default. Reset
+option ``walkthrough=True`` puts the game's walkthrough in ``info["walkthrough"]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
+from ap_gym.errors import EnvInfrastructureError
+from ap_gym.paths import cache_dir
+
+__all__ = ["GameSpec", "TextWorldEnv", "default_suite", "ensure_game"]
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """A generated game: a TextWorld challenge, its settings and a seed."""
+
+    challenge: str
+    settings: tuple[tuple[str, Any], ...]
+    seed: int
+    difficulty: int
+
+    @property
+    def task_id(self) -> str:
+        parts = [f"{k}-{v}" if not isinstance(v, bool) else k for k, v in self.settings if v is not False]
+        return f"{self.challenge}/{'_'.join(parts)}_s{self.seed}"
+
+    @property
+    def digest(self) -> str:
+        key = json.dumps([self.challenge, self.settings, self.seed, "textworld-1.7.0"])
+        return hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+def _suite() -> list[GameSpec]:
+    specs: list[GameSpec] = []
+    rewards = ["dense", "balanced", "sparse"]
+    for i in range(15):
+        settings = (("rewards", rewards[i % 3]), ("goal", "brief"), ("test", False))
+        specs.append(GameSpec("tw-simple", settings, 100 + i, difficulty=i % 3))
+    for i, level in enumerate([1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 102, 104, 106, 108, 110]):
+        specs.append(GameSpec("tw-coin_collector", (("level", level),), 200 + i, difficulty=level))
+    for i, level in enumerate(range(1, 30, 2)):
+        specs.append(GameSpec("tw-treasure_hunter", (("level", level),), 300 + i, difficulty=level))
+    cooking = [
+        (1, 0, 1, False, False, False), (1, 1, 1, False, False, False), (1, 1, 1, True, False, False),
+        (1, 1, 6, False, False, False), (1, 1, 6, True, False, False), (2, 1, 1, False, True, False),
+        (2, 1, 1, False, False, True), (2, 2, 6, True, False, False), (1, 1, 6, True, True, False),
+        (2, 1, 6, True, False, True), (2, 2, 6, False, True, True), (3, 1, 1, True, True, True),
+        (3, 2, 6, False, True, False), (2, 2, 9, True, False, False), (3, 3, 6, True, True, True),
+    ]
+    for i, (recipe, take, go, open_, cook, cut) in enumerate(cooking):
+        settings = (("recipe", recipe), ("take", take), ("go", go), ("open", open_),
+                    ("cook", cook), ("cut", cut), ("drop", False), ("recipe_seed", i))
+        specs.append(GameSpec("tw-cooking", settings, 400 + i, difficulty=recipe + take + go + open_ + cook + cut))
+    return specs
+
+
+def default_suite() -> dict[str, list[GameSpec]]:
+    """The default 60-game suite, split 40 training / 20 held-out (every third by difficulty)."""
+    split: dict[str, list[GameSpec]] = {"train": [], "test": []}
+    by_challenge: dict[str, list[GameSpec]] = {}
+    for spec in _suite():
+        by_challenge.setdefault(spec.challenge, []).append(spec)
+    for specs in by_challenge.values():
+        ranked = sorted(specs, key=lambda s: (s.difficulty, s.seed))
+        for j, spec in enumerate(ranked):
+            split["test" if j % 3 == 1 else "train"].append(spec)
+    return split
+
+
+def _game_dir() -> Path:
+    return cache_dir("textworld", "games-1.7.0")
+
+
+def ensure_game(spec: GameSpec) -> Path:
+    """The path of ``spec``'s game file, generating it first if the cache lacks it.
+
+    Generation writes into a temporary directory that is renamed into place, so a killed
+    generation never leaves a game that looks complete.
+    """
+    final = _game_dir() / spec.digest
+    game = final / "game.z8"
+    if game.exists() and (final / "game.json").exists():
+        return game
+    if final.exists():  # half-written or damaged: regenerate
+        shutil.rmtree(final, ignore_errors=True)
+    import textworld
+    import textworld.challenges
+    from textworld.generator import compile_game
+
+    tmp = Path(tempfile.mkdtemp(dir=_game_dir(), prefix=".tmp-"))
+    try:
+        _, make, add_arguments = textworld.challenges.CHALLENGES[spec.challenge]
+        import argparse
+
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        defaults = {a.dest: a.default for a in parser._actions if a.dest != "help"}
+        settings = {**defaults, **dict(spec.settings)}
+        options = textworld.GameOptions()
+        options.seeds = spec.seed
+        options.path = str(tmp / "game.z8")
+        options.file_ext = ".z8"
+        options.force_recompile = True
+        game_obj = make(settings=settings, options=options)
+        compile_game(game_obj, options)
+        if not (tmp / "game.json").exists():
+            game_obj.save(str(tmp / "game.json"))
+        (tmp / "spec.json").write_text(json.dumps({"task_id": spec.task_id, "seed": spec.seed}))
+        try:
+            tmp.rename(final)
+        except OSError:  # another process won the race; its copy is as good as ours
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return game
+
+
+def _user_games(games: str | Path | Sequence[str | Path] | Mapping[str, Iterable[str | Path]]) -> dict[str, dict[str, Path]]:
+    def collect(items: str | Path | Iterable[str | Path]) -> dict[str, Path]:
+        paths: list[Path] = []
+        for item in [items] if isinstance(items, str | Path) else items:
+            p = Path(item).expanduser()
+            if p.is_dir():
+                paths += sorted(q for q in p.rglob("*") if q.suffix in {".z8", ".ulx"})
+            elif p.suffix in {".z8", ".ulx"} and p.exists():
+                paths.append(p)
+            else:
+                raise FileNotFoundError(f"TextWorld game {p} not found (expected a .z8/.ulx file or a directory)")
+        if not paths:
+            raise FileNotFoundError(f"no .z8/.ulx games found in {items!r}")
+        out: dict[str, Path] = {}
+        for p in paths:
+            key = p.stem if p.stem not in out else f"{p.parent.name}/{p.stem}"
+            out[key] = p.resolve()
+        return out
+
+    if isinstance(games, Mapping):
+        return {s: collect(games.get(s, [])) if games.get(s) else {} for s in SPLITS}
+    both = collect(games)
+    return {s: dict(both) for s in SPLITS}
+
+
+class TextWorldEnv(TextEnv):
+    """TextWorld games behind the ap-gym text contract; see the module docstring.
+
+    Args:
+        split: ``"train"`` or ``"test"``.
+        games: the user's own games instead of the default suite (files, a directory,
+            or a mapping from split to either).
+        admissible_commands: put the engine's admissible commands in ``info`` (default on).
+        render_mode: ``"ansi"`` or ``"human"``.
+    """
+
+    benchmark = "textworld"
+
+    def __init__(
+        self,
+        *,
+        split: str = "train",
+        games: Any = None,
+        admissible_commands: bool = True,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(split=split, admissible_commands=admissible_commands, render_mode=render_mode)
+        if games is None:
+            suite = default_suite()
+            self._specs = {s.task_id: s for specs in suite.values() for s in specs}
+            self._ids = {split_: [s.task_id for s in suite[split_]] for split_ in SPLITS}
+            self._paths: dict[str, Path] = {}
+        else:
+            user = _user_games(games)
+            self._specs = {}
+            self._ids = {s: list(user[s]) for s in SPLITS}
+            self._paths = {k: v for s in SPLITS for k, v in user[s].items()}
+        self._tw: Any = None
+        self._tw_key: tuple[Path, bool] | None = None
+
+    def _task_ids(self, split: str) -> list[str]:
+        return self._ids[split]
+
+    def has_task(self, task_id: str) -> bool:
+        return task_id in self._specs or task_id in self._paths
+
+    def task_family(self, task_id: str) -> str:
+        spec = self._specs.get(task_id)
+        return spec.challenge if spec else "custom"
+
+    def game_path(self, task_id: str) -> Path:
+        """The game file of ``task_id`` (generated first if needed)."""
+        if task_id in self._paths:
+            return self._paths[task_id]
+        return ensure_game(self._specs[task_id])
+
+    def _start(self, task_id: str, options: Mapping[str, Any]) -> StartResult:
+        import textworld
+
+        path = self.game_path(task_id)
+        key = (path, self._admissible)
+        if self._tw is None or self._tw_key != key:
+            self._close_tw()
+            infos = textworld.EnvInfos(
+                objective=True, score=True, max_score=True, won=True, lost=True,
+                admissible_commands=self._admissible, extras=["walkthrough"],
+            )
+            try:
+                self._tw = textworld.start(str(path), infos)
+            except Exception as e:
+                raise EnvInfrastructureError(f"TextWorld could not start {path}: {e}") from e
+            self._tw_key = key
+        try:
+            state = self._tw.reset()
+        except Exception as e:
+            self._close_tw()
+            raise EnvInfrastructureError(f"TextWorld engine failed on reset ({e}); reset again") from e
+        extra: dict[str, Any] = {}
+        if options.get("walkthrough"):
+            walkthrough = state.get("extra.walkthrough")
+            if walkthrough is None:
+                raise ValueError(f"game {path} carries no walkthrough (its .json metadata lacks one)")
+            extra["walkthrough"] = list(walkthrough)
+        return StartResult(
+            observation=state.feedback or "",
+            instruction=state.get("objective") or "",
+            score=float(state.get("score") or 0),
+            max_score=float(state.get("max_score") or 0) or None,
+            admissible_commands=self._admissible_from(state),
+            extra=extra,
+        )
+
+    def _advance(self, action: str) -> StepResult:
+        try:
+            state, score, _done = self._tw.step(action)
+        except Exception as e:
+            self._close_tw()
+            self._task_id = None
+            raise EnvInfrastructureError(
+                f"TextWorld's engine failed on {action!r} ({type(e).__name__}: {e}); call reset()"
+            ) from e
+        won = bool(state.get("won"))
+        lost = bool(state.get("lost")) and not won
+        return StepResult(state.feedback or "", float(score or 0), won, lost, self._admissible_from(state))
+
+    def _admissible_from(self, state: Any) -> list[str] | None:
+        if not self._admissible:
+            return None
+        return list(state.get("admissible_commands") or [])
+
+    def _close_tw(self) -> None:
+        tw, self._tw, self._tw_key = self._tw, None, None
+        if tw is not None:
+            with contextlib.suppress(Exception):
+                tw.close()
+
+    def close(self) -> None:
+        self._close_tw()
+        super().close()

@@ -1,0 +1,47 @@
+"""Where ap-gym keeps generated and converted files between runs.
+
+``$AP_GYM_CACHE`` wins, then ``$XDG_CACHE_HOME/ap_gym``, then ``~/.cache/ap_gym``.
+Everything written there is written to a temporary name first and renamed into place,
+so a killed process never leaves a half-written file that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["atomic_write_json", "atomic_write_text", "cache_dir"]
+
+
+def cache_dir(*parts: str) -> Path:
+    """The cache directory (or a subdirectory of it), created if missing."""
+    root = os.environ.get("AP_GYM_CACHE")
+    if root:
+        base = Path(root)
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        base = (Path(xdg) if xdg else Path.home() / ".cache") / "ap_gym"
+    path = base.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=True))

@@ -1,0 +1,8 @@
+"""Policies: the acting agent and one module per memory design, all interchangeable."""
+
+from __future__ import annotations
+
+from ap_gym.policies.base import BasePolicy
+from ap_gym.policies.simple import RandomPolicy, WalkthroughPolicy
+
+__all__ = ["BasePolicy", "RandomPolicy", "WalkthroughPolicy"]

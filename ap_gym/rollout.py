@@ -1,0 +1,121 @@
+"""The one place where an environment and a policy meet.
+
+``run_episode`` needs nothing but the Gymnasium API and the :class:`~ap_gym.types.Policy`
+protocol: no policy-specific or benchmark-specific code lives here. Infrastructure
+failures (engine crash, unreachable backbone) end the episode and are recorded as
+``Termination.INFRA``, never as a failed task.
+
+Example:
+    >>> import gymnasium as gym, ap_gym
+    >>> from ap_gym.policies import RandomPolicy
+    >>> env = gym.make("ap_gym/TextWorld-v0", split="test")  # doctest: +SKIP
+    >>> ep = ap_gym.run_episode(env, RandomPolicy(seed=0), seed=0)  # doctest: +SKIP
+    >>> print(ep.summary_line())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any
+
+import gymnasium as gym
+
+from ap_gym.errors import InfrastructureError
+from ap_gym.types import Episode, Policy, PolicyTrace, Termination
+from ap_gym.wrappers.recording import RecordEpisode
+
+__all__ = ["run_episode"]
+
+
+def run_episode(
+    env: gym.Env[str, str],
+    policy: Policy,
+    *,
+    task_id: str | None = None,
+    seed: int | None = None,
+    max_steps: int | None = None,
+    options: dict[str, Any] | None = None,
+) -> Episode:
+    """Run one episode and return its immutable record.
+
+    Args:
+        env: an ap-gym text env (wrapped or not).
+        policy: anything that follows the Policy protocol.
+        task_id: the task to play; ``None`` lets ``seed`` pick one.
+        seed: passed to ``env.reset``.
+        max_steps: an extra step limit enforced by the loop (the env's ``TimeLimit``,
+            50 by default, applies as well); reaching it truncates.
+        options: extra reset options. A policy's ``reset_options`` attribute (for
+            example ``{"walkthrough": True}``) is merged in first.
+
+    Returns:
+        The Episode, after ``policy.end`` has seen it; any LLM calls ``end`` made are
+        added to its usage.
+    """
+    recorder = env if isinstance(env, RecordEpisode) else RecordEpisode(env)
+    opts: dict[str, Any] = {**dict(getattr(policy, "reset_options", {}) or {}), **(options or {})}
+    if task_id is not None:
+        opts["task_id"] = task_id
+    training = bool(getattr(policy, "training", False))
+
+    try:
+        obs, info = recorder.reset(seed=seed, options=opts)
+    except InfrastructureError as e:
+        episode = _failed_start(env, task_id, seed, e, training)
+        return _finish(policy, episode, seed, training, began=False)
+
+    try:
+        policy.begin(obs, info)
+        terminated = truncated = False
+        while not (terminated or truncated):
+            action = policy.act(obs, info)
+            obs, _reward, terminated, truncated, info = recorder.step(action)
+            if max_steps is not None and len(recorder._steps) >= max_steps and not terminated:
+                truncated = True
+        episode = recorder.episode or recorder.build(info, terminated, truncated)
+    except InfrastructureError as e:
+        episode = recorder.build(
+            recorder._start_info, False, False, termination=Termination.INFRA,
+            error=f"{type(e).__name__}: {e}",
+        )
+    return _finish(policy, episode, seed, training)
+
+
+def _finish(
+    policy: Policy, episode: Episode, seed: int | None, training: bool, *, began: bool = True
+) -> Episode:
+    trace: PolicyTrace = policy.trace() if began else PolicyTrace()
+    steps = tuple(
+        dataclasses.replace(step, prompt=t.prompt, response=t.response, parse_failure=t.parse_failure)
+        for step, t in zip(episode.steps, trace.steps, strict=False)
+    ) + episode.steps[len(trace.steps):]
+    episode = dataclasses.replace(
+        episode, steps=steps, usage=trace.usage, policy_info=dict(trace.info), seed=seed,
+        training=training,
+    )
+    try:
+        extra = policy.end(episode)
+    except InfrastructureError as e:  # e.g. the backbone died during reflection
+        return dataclasses.replace(
+            episode, error=f"after the episode: {type(e).__name__}: {e}",
+            policy_info={**episode.policy_info, "end_failed": True},
+        )
+    if extra is not None:
+        episode = dataclasses.replace(episode, usage=episode.usage + extra)
+    return episode
+
+
+def _failed_start(env: gym.Env, task_id: str | None, seed: int | None, e: Exception, training: bool) -> Episode:
+    family = "?"
+    if task_id is not None:
+        with contextlib.suppress(Exception):
+            family = env.unwrapped.task_family(task_id)  # type: ignore[attr-defined]
+    return Episode(
+        task_id=task_id or "?", task_family=family, instruction="", initial_observation="",
+        steps=(), success=False, score=None, max_score=None, termination=Termination.INFRA,
+        error=f"reset failed: {type(e).__name__}: {e}", seed=seed, training=training,
+    )
+
+
+

@@ -1,0 +1,29 @@
+"""Shared fixtures. Tests never touch a hub: HF_HUB_OFFLINE is forced on."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import gymnasium as gym  # noqa: E402
+import pytest  # noqa: E402
+
+import ap_gym  # noqa: E402, F401
+
+
+@pytest.fixture(scope="session")
+def sw_env():
+    """One ScienceWorld env (one JVM) shared by the tests that only read from it."""
+    env = gym.make("ap_gym/ScienceWorld-v0", split="test", max_episode_steps=10_000)
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="session")
+def tw_env():
+    env = gym.make("ap_gym/TextWorld-v0", split="test", max_episode_steps=1000)
+    yield env
+    env.close()

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from ap_gym.envs.base import StartResult, StepResult, TextEnv, sanitize_text, text_space
+from ap_gym.errors import UnknownTaskError
+
+
+class Counter(TextEnv):
+    """Say 'add' three times to win; 'quit' loses."""
+
+    benchmark = "counter"
+
+    def _task_ids(self, split):
+        return {"train": ["c/1", "c/2"], "test": ["c/3"]}[split]
+
+    def task_family(self, task_id):
+        return "c"
+
+    def _start(self, task_id, options):
+        self.n = 0
+        return StartResult("You see a counter at 0.", "Count to three.", 0.0, 3.0, ["add", "quit"])
+
+    def _advance(self, action):
+        if action == "add":
+            self.n += 1
+            return StepResult(f"The counter shows {self.n}.", float(self.n), won=self.n >= 3,
+                              admissible_commands=["add", "quit"])
+        if action == "quit":
+            return StepResult("You gave up.", float(self.n), lost=True)
+        return StepResult("Nothing happens.", float(self.n), admissible_commands=["add", "quit"])
+
+
+def test_text_space_accepts_spaces_and_punctuation():
+    space = text_space()
+    assert space.contains("go north")
+    assert space.contains("put mug 1 in/on coffeemachine 1.\n")
+    assert space.contains("")
+    assert not gym.spaces.Text(64).contains("go north")  # why we do not use the default
+
+
+def test_sanitize_folds_unicode_into_the_space():
+    text = sanitize_text("Caf\u00e9 \u201cnoir\u201d \u2014 \u2603 ok")
+    assert text == 'Cafe "noir" -   ok'
+    assert text_space().contains(text)
+
+
+def test_check_env_passes_on_a_minimal_env():
+    check_env(Counter(), skip_render_check=True)
+
+
+def test_contract_info_keys_termination_and_truncation():
+    env = gym.wrappers.TimeLimit(Counter(), max_episode_steps=4)
+    obs, info = env.reset(options={"task_id": "c/1"})
+    for key in ("task_id", "task_family", "instruction", "score", "max_score", "success", "admissible_commands"):
+        assert key in info
+    assert info["task_id"] == "c/1" and info["success"] is False
+    for _ in range(2):
+        _, r, term, trunc, info = env.step("add")
+        assert r == 1.0 and not term and not trunc
+    _, _, term, trunc, info = env.step("add")
+    assert term and not trunc and info["success"] and info["won"]
+    env.reset(options={"task_id": "c/1"})
+    for _ in range(3):
+        env.step("look")
+    _, _, term, trunc, info = env.step("look")
+    assert trunc and not term and not info["success"]
+    env.reset(options={"task_id": "c/1"})
+    _, _, term, _, info = env.step("quit")
+    assert term and info["lost"] and not info["success"]
+
+
+def test_seed_alone_picks_a_task_deterministically():
+    env = Counter()
+    picks = {env.reset(seed=s)[1]["task_id"] for s in range(20)}
+    assert picks == {"c/1", "c/2"}  # the env's split only
+    assert [env.reset(seed=7)[1]["task_id"] for _ in range(3)] == [env.reset(seed=7)[1]["task_id"]] * 3
+    assert env.reset(options={"split": "test"})[1]["task_id"] == "c/3"
+
+
+def test_bad_input_gets_clear_errors():
+    env = Counter()
+    with pytest.raises(gym.error.ResetNeeded):
+        env.step("add")
+    with pytest.raises(UnknownTaskError, match="unknown task id 'nope'.*task_ids"):
+        env.reset(options={"task_id": "nope"})
+    env.reset(options={"task_id": "c/1"})
+    with pytest.raises(TypeError, match="actions are text"):
+        env.step(3)  # type: ignore[arg-type]
+    obs, *_ = env.step("\u00fcber-garbage ((")
+    assert obs == "Nothing happens."
+    env.step("quit")
+    with pytest.raises(gym.error.ResetNeeded):
+        env.step("add")

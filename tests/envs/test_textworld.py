@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import ap_gym
+from ap_gym.envs.textworld import default_suite, ensure_game
+from ap_gym.errors import UnknownTaskError
+from ap_gym.policies import WalkthroughPolicy
+
+
+def test_default_suite_shape():
+    suite = default_suite()
+    assert len(suite["train"]) == 40 and len(suite["test"]) == 20
+    all_specs = suite["train"] + suite["test"]
+    assert len({s.task_id for s in all_specs}) == 60
+    for challenge in ("tw-simple", "tw-coin_collector", "tw-treasure_hunter", "tw-cooking"):
+        assert sum(s.challenge == challenge for s in suite["test"]) == 5
+        assert sum(s.challenge == challenge for s in suite["train"]) == 10
+    assert all(dict(s.settings).get("goal", "brief") == "brief" for s in all_specs)
+
+
+def test_check_env(tw_env):
+    check_env(tw_env.unwrapped, skip_render_check=True)
+
+
+def test_contract(tw_env):
+    tid = tw_env.unwrapped.task_ids("test")[0]
+    obs, info = tw_env.reset(options={"task_id": tid})
+    assert info["task_family"] == "tw-simple" and info["instruction"]
+    assert info["admissible_commands"] and info["max_score"] > 0
+    obs, reward, term, trunc, info = tw_env.step("xyzzy plugh")
+    assert reward == 0 and not term and isinstance(obs, str)
+    with pytest.raises(UnknownTaskError):
+        tw_env.reset(options={"task_id": "tw-simple/nope"})
+
+
+def test_half_written_cache_is_regenerated(tmp_path, monkeypatch):
+    monkeypatch.setenv("AP_GYM_CACHE", str(tmp_path))
+    spec = default_suite()["test"][0]
+    path = ensure_game(spec)
+    (path.parent / "game.json").unlink()  # as if killed mid-write
+    again = ensure_game(spec)
+    assert again.exists() and (again.parent / "game.json").exists()
+
+
+def test_user_games(tw_env):
+    tid = tw_env.unwrapped.task_ids("test")[1]
+    path = tw_env.unwrapped.game_path(tid)
+    env = gym.make("ap_gym/TextWorld-v0", games=[str(path)])
+    try:
+        assert env.unwrapped.task_ids("train") == ["game"] == env.unwrapped.task_ids("test")
+        ep = ap_gym.run_episode(env, WalkthroughPolicy(), task_id="game")
+        assert ep.success and ep.task_family == "custom"
+    finally:
+        env.close()
+    with pytest.raises(FileNotFoundError, match="not found"):
+        gym.make("ap_gym/TextWorld-v0", games=["/nonexistent/game.z8"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", ["test", "train"])
+def test_walkthrough_wins_every_game_of_the_suite(tw_env, split):
+    lost = []
+    for tid in tw_env.unwrapped.task_ids(split):
+        ep = ap_gym.run_episode(tw_env, WalkthroughPolicy(), task_id=tid)
+        if not ep.success:
+            lost.append((tid, ep.termination, ep.score))
+    assert not lost
