@@ -1,7 +1,7 @@
 """``ap-gym``: a thin command line over the public API.
 
 Commands: ``list`` (envs, tasks), ``games`` (generate suites ahead of time), ``demo``
-(the README's small real evaluation).
+(a quick look at the agent and the floors), ``serve`` (an OpenAI-compatible server).
 """
 
 from __future__ import annotations
@@ -62,7 +62,14 @@ def _cmd_games(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from ap_gym.demo import run_demo
 
-    return run_demo(tasks_per_benchmark=args.tasks, out=args.out)
+    return run_demo(tasks_per_benchmark=args.tasks, out=args.out, backbone=args.backbone)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from ap_gym.backbones.server import serve
+
+    serve(None if args.model == "default" else args.model, host=args.host, port=args.port)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,7 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="a small real evaluation on the packaged defaults")
     p.add_argument("--tasks", type=int, default=3, help="held-out tasks per benchmark")
     p.add_argument("--out", default="results/demo")
+    p.add_argument("--backbone", default=None, help="default | tiny | model path | http://server/v1")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("serve", help="serve a transformers model over an OpenAI-compatible HTTP API")
+    p.add_argument("--model", default="default", help="default (packaged SmolLM2), a model dir, or a .gguf")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(func=_cmd_serve)
     return parser
 
 

@@ -27,3 +27,26 @@ def tw_env():
     env = gym.make("ap_gym/TextWorld-v0", split="test", max_episode_steps=1000)
     yield env
     env.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_backbone():
+    """A tiny random-weight Llama behind the real TransformersBackbone (ms to build)."""
+    from ap_gym.backbones import make_backbone
+
+    return make_backbone("tiny")
+
+
+@pytest.fixture(scope="session")
+def default_backbone():
+    """The packaged SmolLM2-135M-Instruct (converted once to safetensors in the cache)."""
+    from ap_gym.backbones import TransformersBackbone
+
+    return TransformersBackbone()
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    from ap_gym.backbones import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder()

@@ -1,0 +1,44 @@
+"""Language-model backbones and embedders behind small protocols.
+
+* :class:`TransformersBackbone`: any Hugging Face causal LM in-process (default: the
+  packaged SmolLM2-135M-Instruct), KV-cache reuse and one-pass candidate scoring.
+* :class:`OpenAIBackbone`: any OpenAI-compatible server, ``ap-gym serve`` included.
+* :class:`SentenceTransformerEmbedder`: task embeddings (default: all-MiniLM-L6-v2).
+"""
+
+from __future__ import annotations
+
+from ap_gym.backbones.base import Backbone, Completion, GenerationConfig, Message
+from ap_gym.backbones.embedders import Embedder, SentenceTransformerEmbedder
+from ap_gym.backbones.hf import TransformersBackbone, tiny_llama
+from ap_gym.backbones.openai import OpenAIBackbone
+
+__all__ = [
+    "Backbone",
+    "Completion",
+    "Embedder",
+    "GenerationConfig",
+    "Message",
+    "OpenAIBackbone",
+    "SentenceTransformerEmbedder",
+    "TransformersBackbone",
+    "make_backbone",
+    "tiny_llama",
+]
+
+
+def make_backbone(spec: str | None = None, **kwargs: object) -> Backbone:
+    """A backbone from a short spec, as used by configs and the CLI.
+
+    ``None`` or ``"default"``: the packaged SmolLM2; ``"tiny"``: a tiny random Llama
+    (tests, harness speed); ``"http://..."``: an OpenAI-compatible server; anything else:
+    a model id, directory or GGUF file for :class:`TransformersBackbone`.
+    """
+    if spec in (None, "", "default"):
+        return TransformersBackbone(**kwargs)  # type: ignore[arg-type]
+    if spec == "tiny":
+        model, tokenizer = tiny_llama()
+        return TransformersBackbone(model, tokenizer=tokenizer, identity="tiny-llama(seed=0)", **kwargs)  # type: ignore[arg-type]
+    if spec.startswith(("http://", "https://")):
+        return OpenAIBackbone(spec, **kwargs)  # type: ignore[arg-type]
+    return TransformersBackbone(spec, **kwargs)  # type: ignore[arg-type]

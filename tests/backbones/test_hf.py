@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from ap_gym.backbones import GenerationConfig, TransformersBackbone, tiny_llama
+
+MSGS = [{"role": "system", "content": "you are an agent"}, {"role": "user", "content": "go north look take apple"}]
+
+
+def naive_scores(backbone, messages, candidates):
+    tok, model = backbone.tokenizer, backbone.model
+    ids = tok(backbone.render(messages), add_special_tokens=False)["input_ids"]
+    out = []
+    for c in candidates:
+        cid = tok(c, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            lp = torch.log_softmax(model(torch.tensor([ids + cid])).logits[0].float(), -1)
+        out.append(sum(lp[len(ids) - 1 + j, cid[j]].item() for j in range(len(cid))))
+    return out
+
+
+def test_tiny_model_is_deterministic():
+    a, _ = tiny_llama(seed=3)
+    b, _ = tiny_llama(seed=3)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
+def test_greedy_generation_same_with_and_without_cache_reuse(tiny_backbone):
+    fresh = TransformersBackbone(tiny_backbone.model, tokenizer=tiny_backbone.tokenizer, reuse_cache=False)
+    config = GenerationConfig(max_new_tokens=8)
+    first = tiny_backbone.generate(MSGS, config)
+    before = dict(tiny_backbone.stats)
+    longer = [*MSGS, {"role": "assistant", "content": first.text}, {"role": "user", "content": "look"}]
+    second = tiny_backbone.generate(longer, config)
+    assert tiny_backbone.stats["reused_tokens"] - before["reused_tokens"] >= first.prompt_tokens
+    assert second.text == fresh.generate(longer, config).text
+    assert first.prompt_tokens > 0 and 0 < first.completion_tokens <= 8
+
+
+def test_batch_matches_single(tiny_backbone):
+    other = [MSGS[0], {"role": "user", "content": "open the door"}]
+    config = GenerationConfig(max_new_tokens=6)
+    batch = tiny_backbone.generate_batch([MSGS, other], config)
+    assert [c.text for c in batch] == [tiny_backbone.generate(m, config).text for m in (MSGS, other)]
+
+
+def test_seeded_sampling_is_reproducible(tiny_backbone):
+    config = GenerationConfig(max_new_tokens=8, temperature=1.0, seed=5)
+    assert tiny_backbone.generate(MSGS, config).text == tiny_backbone.generate(MSGS, config).text
+
+
+def test_stop_strings_cut_the_text(tiny_backbone):
+    text = tiny_backbone.generate(MSGS, GenerationConfig(max_new_tokens=8)).text
+    word = text.split()[1]
+    cut = tiny_backbone.generate(MSGS, GenerationConfig(max_new_tokens=8, stop=(word,))).text
+    assert word not in cut and text.startswith(cut.rstrip())
+
+
+def test_one_pass_scores_equal_one_pass_per_candidate(tiny_backbone):
+    candidates = ["go north", "look", "take apple from table", "open door", "examine key"]
+    scores = tiny_backbone.score(MSGS, candidates)
+    assert scores == pytest.approx(naive_scores(tiny_backbone, MSGS, candidates), abs=1e-4)
+    small_chunks = tiny_backbone.score(MSGS, candidates, max_tokens_per_pass=2)
+    assert small_chunks == pytest.approx(scores, abs=1e-4)
+    mean = tiny_backbone.score(MSGS, candidates, reduction="mean")
+    assert mean[2] == pytest.approx(scores[2] / 4, abs=1e-4)
+
+
+def test_long_prompt_keeps_head_and_tail(tiny_backbone):
+    small = TransformersBackbone(tiny_backbone.model, tokenizer=tiny_backbone.tokenizer, max_context=64)
+    long = [MSGS[0], {"role": "user", "content": "look " * 500}]
+    completion = small.generate(long, GenerationConfig(max_new_tokens=4))
+    assert completion.prompt_tokens <= 60 and completion.extra["truncated_prompt"]
+
+
+@pytest.mark.slow
+def test_default_backbone_loads_offline_and_answers(default_backbone):
+    completion = default_backbone.generate(
+        [{"role": "user", "content": "What is the capital of France? Answer in one word."}],
+        GenerationConfig(max_new_tokens=12),
+    )
+    assert "paris" in completion.text.lower()
+    t = time.perf_counter()
+    TransformersBackbone()
+    assert time.perf_counter() - t < 2.0  # the cached safetensors copy, not the GGUF
