@@ -92,15 +92,12 @@ def normalise_action(text: str, admissible: Sequence[str] | None = None) -> tupl
 
 
 class ReActAgent(BasePolicy):
-    """The acting agent; memory designs subclass it and fill ``self.guidance``.
+    """The acting agent; memory designs subclass it and fill ``self.guidance`` (with headers).
 
     Args:
         backbone: any :class:`~ap_gym.backbones.base.Backbone`.
         config: an :class:`AgentConfig`.
     """
-
-    #: The header over the guidance block; memory designs override it.
-    guidance_header = "Guidance"
 
     def __init__(self, backbone: Backbone, config: AgentConfig | None = None) -> None:
         super().__init__()
@@ -117,7 +114,7 @@ class ReActAgent(BasePolicy):
         self._prepare(observation, info)  # memory designs set self.guidance here
         system = load_prompt("acting_system").format(instruction=info.get("instruction", ""))
         if self.guidance:
-            system += f"\n\n## {self.guidance_header}\n{self.guidance}"
+            system += "\n\n" + self.guidance
         self._system = system
         self._turns = []
         self._pending_obs = observation

@@ -1,0 +1,470 @@
+"""One SQLite database per policy state, holding the three stores of the spec.
+
+* :class:`TrajectoryStore`: task, family, instruction, steps, outcome, embedding,
+  iteration, and the guidance mode and abstraction ids that were in the prompt.
+* :class:`OutcomeLog`: the bandit's feedback, one entry per eligible training episode,
+  with a sequence number for recency.
+* :class:`AbstractionStore`: synthesised text with its kind, the records it came from,
+  its parents (abstractions in the prompts of those records), creation iteration,
+  usage counts and scores, and operational flags.
+
+The database uses WAL mode, foreign keys and a schema version. In evaluation mode it is
+opened read-only and immutable: nothing an evaluation episode does can write to it, and
+the file stays byte-for-byte the same. A corrupt or foreign file, a newer schema or an
+embedding of the wrong dimension raises :class:`~ap_gym.errors.StoreError`, which says
+what to do; nothing already stored is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ap_gym.errors import StoreError
+from ap_gym.memory.index import ExactIndex
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Abstraction",
+    "AbstractionStore",
+    "LogEntry",
+    "MemoryDB",
+    "OutcomeLog",
+    "Record",
+    "TrajectoryStore",
+]
+
+SCHEMA_VERSION = 1
+APP_ID = "ap-gym memory"
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE trajectories (
+    id INTEGER PRIMARY KEY,
+    task_id TEXT NOT NULL, family TEXT NOT NULL, instruction TEXT NOT NULL,
+    steps TEXT NOT NULL, success INTEGER NOT NULL, score REAL,
+    embedding BLOB NOT NULL, iteration INTEGER NOT NULL,
+    mode TEXT, abstraction_ids TEXT NOT NULL DEFAULT '[]'
+);
+CREATE TABLE outcome_log (
+    seq INTEGER PRIMARY KEY,
+    embedding BLOB NOT NULL, mode TEXT NOT NULL, reward REAL NOT NULL,
+    family TEXT NOT NULL, instruction TEXT NOT NULL, success INTEGER NOT NULL,
+    synthesis_calls INTEGER NOT NULL,
+    trajectory_id INTEGER REFERENCES trajectories(id)
+);
+CREATE TABLE abstractions (
+    id INTEGER PRIMARY KEY,
+    text TEXT NOT NULL, kind TEXT NOT NULL, embedding BLOB NOT NULL,
+    iteration INTEGER NOT NULL, active INTEGER NOT NULL DEFAULT 1,
+    uses INTEGER NOT NULL DEFAULT 0, successes INTEGER NOT NULL DEFAULT 0,
+    score REAL NOT NULL DEFAULT 0.5, flags TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE abstraction_sources (
+    abstraction_id INTEGER NOT NULL REFERENCES abstractions(id),
+    trajectory_id INTEGER NOT NULL REFERENCES trajectories(id),
+    PRIMARY KEY (abstraction_id, trajectory_id)
+);
+CREATE TABLE abstraction_parents (
+    abstraction_id INTEGER NOT NULL REFERENCES abstractions(id),
+    parent_id INTEGER NOT NULL REFERENCES abstractions(id),
+    PRIMARY KEY (abstraction_id, parent_id)
+);
+"""
+
+
+def _blob(v: np.ndarray) -> bytes:
+    return np.asarray(v, dtype=np.float32).tobytes()
+
+
+def _vec(b: bytes) -> np.ndarray:
+    return np.frombuffer(b, dtype=np.float32)
+
+
+class MemoryDB:
+    """The SQLite file behind a policy's memory.
+
+    Args:
+        path: the database file; created with the current schema when missing.
+        readonly: open immutable and read-only (evaluation mode).
+        embedding_dim: the dimension every embedding must have; fixed at creation.
+        embedder: the embedder's identity, recorded at creation and shown in errors.
+    """
+
+    def __init__(self, path: str | Path, *, readonly: bool = False, embedding_dim: int | None = None,
+                 embedder: str = "?") -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        existed = self.path.exists() and self.path.stat().st_size > 0
+        if readonly and not existed:
+            raise StoreError(f"{self.path} does not exist; a read-only memory needs a database")
+        try:
+            if readonly:
+                uri = f"file:{self.path.resolve()}?mode=ro&immutable=1"
+                self.conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.conn = sqlite3.connect(self.path, check_same_thread=False)
+            self.conn.row_factory = sqlite3.Row
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as e:
+            raise StoreError(
+                f"{self.path} is not a usable SQLite database ({e}). It may be corrupt or not a "
+                "memory file: move it aside and start a new memory; it was not modified."
+            ) from e
+        if not tables:
+            if readonly:
+                raise StoreError(f"{self.path} is empty; train a policy before evaluating it")
+            self._create(embedding_dim, embedder)
+        else:
+            self._check(tables)
+        if not readonly:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+        self.dim = int(self.meta("embedding_dim")) if self.meta("embedding_dim") else embedding_dim
+        self.embedder = self.meta("embedder") or embedder
+        if embedding_dim is not None and self.dim is not None and embedding_dim != self.dim:
+            raise StoreError(self._dim_message(embedding_dim))
+
+    def _create(self, dim: int | None, embedder: str) -> None:
+        with self.conn:
+            self.conn.executescript(_SCHEMA)
+            self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self.conn.executemany("INSERT INTO meta VALUES (?, ?)", [
+                ("app", APP_ID), ("schema_version", str(SCHEMA_VERSION)), ("embedder", embedder),
+                ("embedding_dim", "" if dim is None else str(dim)),
+            ])
+
+    def _check(self, tables: set[str]) -> None:
+        if "meta" not in tables:
+            raise StoreError(
+                f"{self.path} is an SQLite database but not an ap-gym memory (tables: "
+                f"{', '.join(sorted(tables))}). Use another path; the file was not modified."
+            )
+        if self.meta("app") != APP_ID:
+            raise StoreError(f"{self.path} belongs to {self.meta('app')!r}, not ap-gym; use another path")
+        version = int(self.meta("schema_version") or 0)
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} was written by a newer ap-gym (schema {version} > {SCHEMA_VERSION}). "
+                "Upgrade ap-gym to read it; the file was not modified."
+            )
+        try:
+            self.conn.execute("SELECT count(*) FROM trajectories").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} is damaged ({e}); restore it from a run snapshot") from e
+
+    def _dim_message(self, got: int) -> str:
+        return (f"embedding of dimension {got}, but {self.path} holds dimension {self.dim} "
+                f"(made with {self.embedder}). Use the same embedder, or a new memory path.")
+
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._writable()
+        with self._lock, self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def check_vector(self, v: np.ndarray) -> np.ndarray:
+        v = np.asarray(v, dtype=np.float32).reshape(-1)
+        if self.dim is None and not self.readonly:
+            self.dim = len(v)
+            self.set_meta("embedding_dim", str(self.dim))
+        if len(v) != self.dim:
+            raise StoreError(self._dim_message(len(v)))
+        return v
+
+    def _writable(self) -> None:
+        if self.readonly:
+            raise StoreError(f"{self.path} is open read-only (evaluation mode): memory is frozen")
+
+    def checkpoint(self) -> None:
+        """Fold the WAL into the main file, so the file alone is the whole state."""
+        if not self.readonly:
+            with self._lock:
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def backup(self, dest: str | Path) -> Path:
+        """A consistent copy of the database at ``dest`` (SQLite's backup API)."""
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(dest.suffix + ".tmp")
+        tmp.unlink(missing_ok=True)
+        with self._lock:
+            target = sqlite3.connect(tmp)
+            try:
+                self.conn.backup(target)
+            finally:
+                target.close()
+        tmp.replace(dest)
+        return dest
+
+    def close(self) -> None:
+        with self._lock:
+            if not self.readonly:
+                self.checkpoint()
+            self.conn.close()
+
+    @staticmethod
+    def restore(snapshot: str | Path, dest: str | Path) -> None:
+        """Replace ``dest`` (and its WAL files) with a copy of ``snapshot``."""
+        dest = Path(dest)
+        for suffix in ("-wal", "-shm"):
+            Path(str(dest) + suffix).unlink(missing_ok=True)
+        tmp = dest.with_suffix(dest.suffix + ".tmp")
+        shutil.copyfile(snapshot, tmp)
+        tmp.replace(dest)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One stored trajectory."""
+
+    id: int
+    task_id: str
+    family: str
+    instruction: str
+    steps: list[dict[str, Any]]
+    success: bool
+    score: float | None
+    iteration: int
+    mode: str | None
+    abstraction_ids: list[int] = field(default_factory=list)
+
+
+class _Embedded:
+    """A table with an embedding column mirrored in an in-memory index."""
+
+    table = ""
+    id_col = "id"
+    where = ""
+
+    def __init__(self, db: MemoryDB) -> None:
+        self.db = db
+        self._index: ExactIndex | None = None
+
+    def _load_index(self) -> ExactIndex:
+        if self._index is None:
+            rows = self.db.conn.execute(
+                f"SELECT {self.id_col}, embedding FROM {self.table} {self.where} ORDER BY {self.id_col}"
+            ).fetchall()
+            dim = self.db.dim or (len(_vec(rows[0][1])) if rows else 1)
+            index = ExactIndex(dim)
+            if rows:
+                index.add(np.array([r[0] for r in rows]), np.stack([_vec(r[1]) for r in rows]))
+            self._index = index
+        return self._index
+
+    def invalidate(self) -> None:
+        self._index = None
+
+    def nearest(self, query: np.ndarray, k: int, allowed: Iterable[int] | None = None) -> list[tuple[int, float]]:
+        query = self.db.check_vector(query)
+        allowed_arr = None if allowed is None else np.fromiter(allowed, dtype=np.int64)
+        ids, sims = self._load_index().search(query, k, allowed_arr)
+        return [(int(i), float(s)) for i, s in zip(ids, sims, strict=True)]
+
+
+class TrajectoryStore(_Embedded):
+    """Records of past episodes, retrieved by task-embedding similarity."""
+
+    table = "trajectories"
+
+    def add(self, *, task_id: str, family: str, instruction: str, steps: Sequence[dict[str, Any]],
+            success: bool, score: float | None, embedding: np.ndarray, iteration: int,
+            mode: str | None = None, abstraction_ids: Sequence[int] = ()) -> int:
+        self.db._writable()
+        vec = self.db.check_vector(embedding)
+        with self.db._lock, self.db.conn:
+            cur = self.db.conn.execute(
+                "INSERT INTO trajectories (task_id, family, instruction, steps, success, score, embedding,"
+                " iteration, mode, abstraction_ids) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (task_id, family, instruction, json.dumps(list(steps)), int(success), score, _blob(vec),
+                 iteration, mode, json.dumps(list(abstraction_ids))),
+            )
+        if self._index is not None:
+            self._index.add(np.array([cur.lastrowid]), vec[None])
+        return int(cur.lastrowid)
+
+    def get(self, ids: Sequence[int]) -> list[Record]:
+        if not ids:
+            return []
+        rows = self.db.conn.execute(
+            f"SELECT * FROM trajectories WHERE id IN ({','.join('?' * len(ids))})", list(ids)
+        ).fetchall()
+        by_id = {r["id"]: r for r in rows}
+        return [self._record(by_id[i]) for i in ids if i in by_id]
+
+    @staticmethod
+    def _record(r: sqlite3.Row) -> Record:
+        return Record(r["id"], r["task_id"], r["family"], r["instruction"], json.loads(r["steps"]),
+                      bool(r["success"]), r["score"], r["iteration"], r["mode"], json.loads(r["abstraction_ids"]))
+
+    def embeddings(self, ids: Sequence[int]) -> np.ndarray:
+        rows = dict(self.db.conn.execute(
+            f"SELECT id, embedding FROM trajectories WHERE id IN ({','.join('?' * len(ids))})", list(ids)).fetchall())
+        return np.stack([_vec(rows[i]) for i in ids])
+
+    def ids(self, success: bool | None = None) -> list[int]:
+        if success is None:
+            rows = self.db.conn.execute("SELECT id FROM trajectories ORDER BY id")
+        else:
+            rows = self.db.conn.execute("SELECT id FROM trajectories WHERE success=? ORDER BY id", (int(success),))
+        return [r[0] for r in rows]
+
+    def __len__(self) -> int:
+        return int(self.db.conn.execute("SELECT count(*) FROM trajectories").fetchone()[0])
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One outcome-log entry: bandit feedback for one training episode."""
+
+    seq: int
+    embedding: np.ndarray
+    mode: str
+    reward: float
+    family: str
+    instruction: str
+    success: bool
+    synthesis_calls: int
+    trajectory_id: int | None = None
+
+
+class OutcomeLog:
+    """The bandit's feedback; entries are read whole (the log is small) and cached."""
+
+    def __init__(self, db: MemoryDB) -> None:
+        self.db = db
+        self._cache: list[LogEntry] | None = None
+
+    def append(self, *, embedding: np.ndarray, mode: str, reward: float, family: str, instruction: str,
+               success: bool, synthesis_calls: int, trajectory_id: int | None = None) -> int:
+        self.db._writable()
+        vec = self.db.check_vector(embedding)
+        with self.db._lock, self.db.conn:
+            cur = self.db.conn.execute(
+                "INSERT INTO outcome_log (embedding, mode, reward, family, instruction, success,"
+                " synthesis_calls, trajectory_id) VALUES (?,?,?,?,?,?,?,?)",
+                (_blob(vec), mode, float(reward), family, instruction[:200], int(success), int(synthesis_calls),
+                 trajectory_id),
+            )
+        self._cache = None
+        return int(cur.lastrowid)
+
+    def entries(self) -> list[LogEntry]:
+        if self._cache is None:
+            rows = self.db.conn.execute("SELECT * FROM outcome_log ORDER BY seq").fetchall()
+            self._cache = [LogEntry(r["seq"], _vec(r["embedding"]), r["mode"], r["reward"], r["family"],
+                                    r["instruction"], bool(r["success"]), r["synthesis_calls"], r["trajectory_id"])
+                           for r in rows]
+        return self._cache
+
+    def __len__(self) -> int:
+        return len(self.entries())
+
+
+@dataclass(frozen=True)
+class Abstraction:
+    """A stored abstraction with its provenance and bookkeeping."""
+
+    id: int
+    text: str
+    kind: str
+    iteration: int
+    active: bool
+    uses: int
+    successes: int
+    score: float
+    flags: dict[str, Any]
+    sources: list[int]
+    parents: list[int]
+
+
+class AbstractionStore(_Embedded):
+    """Rules, summaries, skills and reflections, each with sources and parents.
+
+    The embedding of an abstraction is that of the task it was synthesised for, so it is
+    retrieved for similar tasks. Only active abstractions are retrieved.
+    """
+
+    table = "abstractions"
+    where = "WHERE active=1"
+    KINDS = ("rule", "summary", "skill", "reflection", "guidance", "frozen")
+
+    def add(self, *, text: str, kind: str, embedding: np.ndarray, iteration: int,
+            sources: Sequence[int] = (), parents: Sequence[int] = (), flags: dict[str, Any] | None = None) -> int:
+        self.db._writable()
+        if kind not in self.KINDS:
+            raise ValueError(f"kind must be one of {self.KINDS}, not {kind!r}")
+        vec = self.db.check_vector(embedding)
+        with self.db._lock, self.db.conn:
+            cur = self.db.conn.execute(
+                "INSERT INTO abstractions (text, kind, embedding, iteration, flags) VALUES (?,?,?,?,?)",
+                (text, kind, _blob(vec), iteration, json.dumps(flags or {})),
+            )
+            aid = int(cur.lastrowid)
+            self.db.conn.executemany("INSERT OR IGNORE INTO abstraction_sources VALUES (?,?)",
+                                     [(aid, s) for s in sources])
+            self.db.conn.executemany("INSERT OR IGNORE INTO abstraction_parents VALUES (?,?)",
+                                     [(aid, p) for p in parents])
+        if self._index is not None:
+            self._index.add(np.array([aid]), vec[None])
+        return aid
+
+    def get(self, ids: Sequence[int]) -> list[Abstraction]:
+        """The abstractions with these ids, in the order given."""
+        by_id = {a.id: a for a in self.all(include_inactive=True)}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def all(self, include_inactive: bool = False) -> list[Abstraction]:
+        rows = self.db.conn.execute(
+            "SELECT * FROM abstractions" + ("" if include_inactive else " WHERE active=1") + " ORDER BY id"
+        ).fetchall()
+        sources: dict[int, list[int]] = {}
+        parents: dict[int, list[int]] = {}
+        for a, t in self.db.conn.execute("SELECT abstraction_id, trajectory_id FROM abstraction_sources ORDER BY 1, 2"):
+            sources.setdefault(a, []).append(t)
+        for a, p in self.db.conn.execute("SELECT abstraction_id, parent_id FROM abstraction_parents ORDER BY 1, 2"):
+            parents.setdefault(a, []).append(p)
+        return [Abstraction(r["id"], r["text"], r["kind"], r["iteration"], bool(r["active"]), r["uses"],
+                            r["successes"], r["score"], json.loads(r["flags"]), sources.get(r["id"], []),
+                            parents.get(r["id"], [])) for r in rows]
+
+    def record_use(self, ids: Sequence[int], success: bool) -> None:
+        """Count a use of each abstraction and update its score, (successes+1)/(uses+2)."""
+        self.db._writable()
+        with self.db._lock, self.db.conn:
+            for aid in ids:
+                self.db.conn.execute(
+                    "UPDATE abstractions SET uses=uses+1, successes=successes+?,"
+                    " score=(successes+?+1.0)/(uses+1+2.0) WHERE id=?", (int(success), int(success), aid))
+
+    def deactivate(self, ids: Sequence[int], reason: str) -> None:
+        """Prune: deactivated abstractions stay on disk (provenance) but are never retrieved."""
+        self.db._writable()
+        with self.db._lock, self.db.conn:
+            for aid in ids:
+                self.db.conn.execute(
+                    "UPDATE abstractions SET active=0, flags=json_set(flags, '$.pruned', ?) WHERE id=?", (reason, aid))
+        self.invalidate()
+
+    def set_flag(self, aid: int, key: str, value: Any) -> None:
+        self.db._writable()
+        with self.db._lock, self.db.conn:
+            self.db.conn.execute("UPDATE abstractions SET flags=json_set(flags, ?, json(?)) WHERE id=?",
+                                 (f"$.{key}", json.dumps(value), aid))
+
+    def __len__(self) -> int:
+        return int(self.db.conn.execute("SELECT count(*) FROM abstractions").fetchone()[0])

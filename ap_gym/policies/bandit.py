@@ -1,0 +1,127 @@
+"""Anti-Persistence's contextual bandit over guidance modes (spec: "The mode-selection bandit").
+
+The bandit has no state of its own beyond the outcome log: every choice is a function of
+the log, the task embedding and a random generator, so snapshotting the database
+snapshots the bandit, and a frozen log means a frozen bandit.
+
+Rule, with the spec's defaults:
+
+* neighbourhood: the ``neighbours`` (B̂ = 10) log entries most similar to the task;
+* weight of an entry: cosine similarity x ``gamma`` ** age (γ = 0.998), age = number of
+  entries logged after it;
+* reward of an entry: clip(y - ``lam`` x κ, -1, 1) (λ = 0.05), y the outcome, κ the
+  synthesis calls actually made;
+* utility of a mode: its weighted mean reward among the neighbours plus
+  ``c`` x sqrt(ln N / n_m) (c = 0.5), N and n_m weighted counts (ln N is floored at 0).
+  A mode with no weight among the neighbours has no local estimate; it is reached
+  through ε-exploration;
+* start-up: round-robin (``MODES`` order) until every mode is in the log once; then
+  ε-greedy with ``epsilon`` = 0.1 (uniform over modes);
+* fallback: when the neighbourhood's mean similarity is below ``rho`` (ρ = 0.7), the
+  mode with the best global weighted mean reward (weights γ ** age, all entries).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ap_gym.memory.store import LogEntry
+
+__all__ = ["MODES", "BanditConfig", "Choice", "ModeBandit", "mode_reward"]
+
+MODES = ("none", "imitation", "strategic", "corrective")
+
+
+@dataclass(frozen=True)
+class BanditConfig:
+    neighbours: int = 10
+    gamma: float = 0.998
+    lam: float = 0.05
+    c: float = 0.5
+    epsilon: float = 0.1
+    rho: float = 0.7
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A selected mode and why: ``round_robin``, ``explore``, ``ucb`` or ``fallback``."""
+
+    mode: str
+    reason: str
+    utilities: dict[str, float | None] = field(default_factory=dict)
+    mean_similarity: float | None = None
+    neighbour_seqs: tuple[int, ...] = ()
+
+
+def mode_reward(success: bool, synthesis_calls: int, lam: float = 0.05) -> float:
+    """r = clip(y - λκ, -1, 1)."""
+    return max(-1.0, min(1.0, float(success) - lam * synthesis_calls))
+
+
+class ModeBandit:
+    def __init__(self, config: BanditConfig | None = None, modes: Sequence[str] = MODES) -> None:
+        self.config = config or BanditConfig()
+        self.modes = tuple(modes)
+
+    def select(self, query: np.ndarray, entries: Sequence[LogEntry], rng: random.Random) -> Choice:
+        """Choose a mode for a task with embedding ``query`` given the outcome log."""
+        tried = {e.mode for e in entries}
+        for mode in self.modes:
+            if mode not in tried:
+                return Choice(mode, "round_robin")
+        explore = rng.random() < self.config.epsilon
+        if explore:
+            return Choice(rng.choice(self.modes), "explore")
+        return self.exploit(query, entries)
+
+    def exploit(self, query: np.ndarray, entries: Sequence[LogEntry]) -> Choice:
+        """The deterministic part of the rule: UCB among neighbours, or the global fallback."""
+        cfg = self.config
+        n = len(entries)
+        vecs = np.stack([e.embedding for e in entries])
+        sims = vecs @ np.asarray(query, dtype=np.float32)
+        order = np.lexsort((np.arange(n), -sims))[: cfg.neighbours]
+        mean_sim = float(np.mean(sims[order]))
+        if mean_sim < cfg.rho:
+            util = self.global_means(entries)
+            best = max(self.modes, key=lambda m: (util[m] if util[m] is not None else -math.inf))
+            return Choice(best, "fallback", util, mean_sim, tuple(entries[i].seq for i in order))
+        weights: dict[str, float] = dict.fromkeys(self.modes, 0.0)
+        sums: dict[str, float] = dict.fromkeys(self.modes, 0.0)
+        for i in order:
+            w = float(sims[i]) * cfg.gamma ** (n - 1 - int(i))
+            weights[entries[i].mode] = weights.get(entries[i].mode, 0.0) + w
+            sums[entries[i].mode] = sums.get(entries[i].mode, 0.0) + w * entries[i].reward
+        total = sum(w for w in weights.values() if w > 0)
+        log_n = max(math.log(total), 0.0) if total > 0 else 0.0
+        util: dict[str, float | None] = {}
+        for m in self.modes:
+            if weights[m] > 0:
+                util[m] = sums[m] / weights[m] + cfg.c * math.sqrt(log_n / weights[m])
+            else:
+                util[m] = None
+        candidates = [m for m in self.modes if util[m] is not None]
+        if not candidates:  # no neighbour carries weight
+            util = self.global_means(entries)
+            best = max(self.modes, key=lambda m: (util[m] if util[m] is not None else -math.inf))
+            return Choice(best, "fallback", util, mean_sim, tuple(entries[i].seq for i in order))
+        best = max(candidates, key=lambda m: util[m])  # ties: MODES order
+        return Choice(best, "ucb", util, mean_sim, tuple(entries[i].seq for i in order))
+
+    def global_means(self, entries: Sequence[LogEntry]) -> dict[str, float | None]:
+        n = len(entries)
+        weights: dict[str, float] = dict.fromkeys(self.modes, 0.0)
+        sums: dict[str, float] = dict.fromkeys(self.modes, 0.0)
+        for i, e in enumerate(entries):
+            w = self.config.gamma ** (n - 1 - i)
+            weights[e.mode] = weights.get(e.mode, 0.0) + w
+            sums[e.mode] = sums.get(e.mode, 0.0) + w * e.reward
+        return {m: (sums[m] / weights[m] if weights[m] > 0 else None) for m in self.modes}

@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+import numpy as np
+import pytest
+
+from ap_gym.errors import StoreError
+from ap_gym.memory import AbstractionStore, ExactIndex, MemoryDB, OutcomeLog, TrajectoryStore
+
+
+def unit(*v):
+    a = np.asarray(v, dtype=np.float32)
+    return a / np.linalg.norm(a)
+
+
+def add_record(store, task="t", success=True, vec=(1, 0, 0), abstraction_ids=()):
+    return store.add(task_id=task, family="f", instruction=f"do {task}", steps=[{"action": "look", "observation": "o", "reward": 0}],
+                     success=success, score=1.0 if success else 0.0, embedding=unit(*vec), iteration=0,
+                     abstraction_ids=abstraction_ids)
+
+
+def sha(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_exact_index_top_k_with_filter_and_stable_ties():
+    index = ExactIndex(2)
+    index.add(np.array([1, 2, 3, 4]), np.stack([unit(1, 0), unit(0, 1), unit(1, 0), unit(1, 1)]))
+    ids, sims = index.search(unit(1, 0), 3)
+    assert list(ids) == [1, 3, 4] and sims[0] == pytest.approx(1.0)
+    ids, _ = index.search(unit(1, 0), 2, allowed=np.array([2, 4]))
+    assert list(ids) == [4, 2]
+
+
+def test_stores_round_trip_and_provenance(tmp_path):
+    db = MemoryDB(tmp_path / "m.sqlite", embedding_dim=3, embedder="e")
+    trajectories, log, abstractions = TrajectoryStore(db), OutcomeLog(db), AbstractionStore(db)
+    r1 = add_record(trajectories, "a", True, (1, 0, 0))
+    r2 = add_record(trajectories, "b", False, (0, 1, 0))
+    a1 = abstractions.add(text="rule 1", kind="rule", embedding=unit(1, 0, 0), iteration=0, sources=[r1])
+    r3 = add_record(trajectories, "c", True, (1, 0.1, 0), abstraction_ids=[a1])
+    a2 = abstractions.add(text="rule 2", kind="rule", embedding=unit(1, 0, 0), iteration=1, sources=[r3], parents=[a1])
+    log.append(embedding=unit(1, 0, 0), mode="none", reward=1.0, family="f", instruction="x" * 500,
+               success=True, synthesis_calls=0, trajectory_id=r3)
+    assert [i for i, _ in trajectories.nearest(unit(1, 0, 0), 2)] == [r1, r3]
+    assert [i for i, _ in trajectories.nearest(unit(1, 0, 0), 5, trajectories.ids(success=False))] == [r2]
+    assert trajectories.get([r3])[0].abstraction_ids == [a1]
+    stored = {a.id: a for a in abstractions.all()}
+    assert stored[a2].parents == [a1] and stored[a2].sources == [r3] and stored[a1].parents == []
+    assert len(log.entries()[0].instruction) == 200
+    abstractions.record_use([a1], True)
+    abstractions.record_use([a1], False)
+    a = abstractions.get([a1])[0]
+    assert (a.uses, a.successes, a.score) == (2, 1, pytest.approx(0.5))
+    abstractions.deactivate([a1], "test")
+    assert [a.id for a in abstractions.all()] == [a2] and len(abstractions) == 2
+    db.close()
+
+
+def test_readonly_is_frozen_and_leaves_the_file_unchanged(tmp_path):
+    path = tmp_path / "m.sqlite"
+    db = MemoryDB(path, embedding_dim=3)
+    add_record(TrajectoryStore(db))
+    db.close()
+    before = sha(path)
+    ro = MemoryDB(path, readonly=True, embedding_dim=3)
+    store = TrajectoryStore(ro)
+    assert len(store) == 1 and store.nearest(unit(1, 0, 0), 1)
+    with pytest.raises(StoreError, match="read-only"):
+        add_record(store)
+    ro.close()
+    assert sha(path) == before
+
+
+def test_corrupt_file_is_refused_and_untouched(tmp_path):
+    path = tmp_path / "m.sqlite"
+    path.write_bytes(b"this is not a database" * 100)
+    before = sha(path)
+    with pytest.raises(StoreError, match="not a usable SQLite database.*move it aside"):
+        MemoryDB(path, embedding_dim=3)
+    assert sha(path) == before
+
+
+def test_foreign_database_is_refused(tmp_path):
+    path = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE users (name TEXT)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="not an ap-gym memory"):
+        MemoryDB(path, embedding_dim=3)
+
+
+def test_newer_schema_is_refused_and_data_kept(tmp_path):
+    path = tmp_path / "m.sqlite"
+    db = MemoryDB(path, embedding_dim=3)
+    add_record(TrajectoryStore(db))
+    db.set_meta("schema_version", "99")
+    db.close()
+    with pytest.raises(StoreError, match="newer ap-gym.*Upgrade"):
+        MemoryDB(path, embedding_dim=3)
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 1
+
+
+def test_wrong_embedding_dimension(tmp_path):
+    path = tmp_path / "m.sqlite"
+    db = MemoryDB(path, embedding_dim=3, embedder="mini")
+    store = TrajectoryStore(db)
+    add_record(store)
+    with pytest.raises(StoreError, match="dimension 2.*holds dimension 3.*mini"):
+        store.add(task_id="x", family="f", instruction="i", steps=[], success=True, score=1.0,
+                  embedding=unit(1, 0), iteration=0)
+    db.close()
+    with pytest.raises(StoreError, match="dimension 384"):
+        MemoryDB(path, embedding_dim=384)
+    assert len(TrajectoryStore(MemoryDB(path, embedding_dim=3))) == 1
+
+
+def test_backup_and_restore(tmp_path):
+    db = MemoryDB(tmp_path / "m.sqlite", embedding_dim=3)
+    store = TrajectoryStore(db)
+    add_record(store)
+    db.backup(tmp_path / "snap.sqlite")
+    add_record(store, "two")
+    db.close()
+    MemoryDB.restore(tmp_path / "snap.sqlite", tmp_path / "m.sqlite")
+    assert len(TrajectoryStore(MemoryDB(tmp_path / "m.sqlite", embedding_dim=3))) == 1

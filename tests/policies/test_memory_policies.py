@@ -1,0 +1,215 @@
+from __future__ import annotations
+
+import hashlib
+
+import gymnasium as gym
+import pytest
+
+import ap_gym
+from ap_gym.policies import MODES, AbstractionMemory, AntiPersistence, make_policy
+from ap_gym.policies.anti_persistence import MODE_HEADERS
+from ap_gym.types import Termination
+from tests.envs.test_base import Counter
+
+MEMORY = ["trajectory", "abstraction", "joint", "reflexion", "autorefine", "anti_persistence"]
+GEN = {"action_mode": "generate", "generation": {"max_new_tokens": 4}}
+SYN = {"synthesis": {"max_new_tokens": 12}}
+
+
+class Tasks(Counter):
+    """Counter tasks with distinct instructions, so retrieval has something to rank."""
+
+    TASKS = {f"c/{i}": f"Count to three in room {i}." for i in range(1, 9)}
+
+    def _task_ids(self, split):
+        ids = list(self.TASKS)
+        return ids[:6] if split == "train" else ids[6:]
+
+    def _start(self, task_id, options):
+        start = super()._start(task_id, options)
+        return type(start)(start.observation, self.TASKS[task_id], start.score, start.max_score, start.admissible_commands)
+
+
+def make(name, tiny_backbone, embedder, tmp_path, **kw):
+    return make_policy(name, tiny_backbone, embedder=embedder, agent=GEN, memory=SYN,
+                       db_path=tmp_path / f"{name}.sqlite", **kw)
+
+
+def train(policy, n, max_steps=3):
+    policy.train()
+    env = gym.wrappers.TimeLimit(Tasks(), 50)
+    return [ap_gym.run_episode(env, policy, task_id=f"c/{1 + i % 6}", max_steps=max_steps) for i in range(n)]
+
+
+def sha(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("name", MEMORY)
+def test_retrieved_memory_reaches_the_acting_prompt(name, tiny_backbone, embedder, tmp_path):
+    policy = make(name, tiny_backbone, embedder, tmp_path, **({"fixed_mode": "none"} if name == "anti_persistence" else {}))
+    train(policy, 6)
+    policy.eval()
+    ep = ap_gym.run_episode(Tasks(), policy, task_id="c/7", max_steps=2)
+    info = ep.policy_info
+    prompt = ep.steps[0].prompt
+    assert info["guidance"] and info["guidance"] in prompt
+    records = policy.trajectories.get(info.get("retrieved_records", []))
+    abstractions = policy.abstractions.get(info.get("retrieved_abstractions", []))
+    assert records or abstractions
+    for r in records:
+        assert r.instruction in prompt
+    for a in abstractions:
+        assert a.text in prompt
+    assert info["abstractions_in_prompt"] == [a.id for a in abstractions]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_each_anti_persistence_mode_reaches_the_prompt(mode, tiny_backbone, embedder, tmp_path):
+    policy = make("anti_persistence", tiny_backbone, embedder, tmp_path, fixed_mode=mode)
+    episodes = train(policy, 6)
+    assert any(not e.success for e in episodes)  # the tiny model fails: corrective has records
+    # make one success available for imitation/strategic
+    policy.trajectories.add(task_id="c/1", family="c", instruction="Count to three in room 1.",
+                            steps=[{"action": "add", "observation": "3", "reward": 1}], success=True, score=3.0,
+                            embedding=embedder.embed(["Count to three in room 1.\nYou see a counter at 0."])[0],
+                            iteration=0)
+    policy.eval()
+    ep = ap_gym.run_episode(Tasks(), policy, task_id="c/7", max_steps=1)
+    info = ep.policy_info
+    assert info["mode"] == mode and not info["synthesis_skipped"]
+    assert f"## {MODE_HEADERS[mode]}" in ep.steps[0].prompt and info["mode_guidance"] in ep.steps[0].prompt
+    assert ep.usage.calls_for("synthesis") == info["synthesis_calls"] == (0 if mode == "none" else 1)
+    if mode == "corrective":
+        records = policy.trajectories.get(info["retrieved_records"])
+        assert sum(r.success for r in records) <= 1 and any(not r.success for r in records)
+    if mode in ("imitation", "strategic"):
+        assert all(r.success for r in policy.trajectories.get(info["retrieved_records"]))
+
+
+def test_missing_records_skip_synthesis_at_no_cost(tiny_backbone, embedder, tmp_path):
+    policy = make("anti_persistence", tiny_backbone, embedder, tmp_path, fixed_mode="imitation")
+    train(policy, 2)  # failures only
+    ep = train(policy, 1)[0]
+    assert ep.policy_info["synthesis_skipped"] and ep.policy_info["synthesis_calls"] == 0
+    assert ep.usage.calls_for("synthesis") == 0 and ep.policy_info["guidance"] is None
+    assert policy.outcomes.entries()[-1].synthesis_calls == 0
+
+
+@pytest.mark.parametrize("name", MEMORY)
+def test_evaluation_leaves_the_database_byte_for_byte_unchanged(name, tiny_backbone, embedder, tmp_path):
+    policy = make(name, tiny_backbone, embedder, tmp_path)
+    train(policy, 5)
+    policy.eval()
+    path = tmp_path / f"{name}.sqlite"
+    before = sha(path)
+    counts = (len(policy.trajectories), len(policy.outcomes), len(policy.abstractions))
+    for task in ("c/7", "c/8", "c/7"):
+        ap_gym.run_episode(Tasks(), policy, task_id=task, max_steps=2)
+    assert sha(path) == before
+    assert (len(policy.trajectories), len(policy.outcomes), len(policy.abstractions)) == counts
+
+
+def test_anti_persistence_after_50_training_episodes(tiny_backbone, embedder, tmp_path):
+    policy = make("anti_persistence", tiny_backbone, embedder, tmp_path)
+    episodes = train(policy, 50, max_steps=2)
+    assert len(policy.trajectories) == 50
+    assert len(policy.abstractions) == 0
+    assert len(policy.outcomes) == 49  # the first attempt ran with empty memory: not logged
+    modes = [e.policy_info["mode"] for e in episodes]
+    assert modes[1:5] == list(MODES)  # round-robin start-up once memory is non-empty
+    assert episodes[0].policy_info["memory_empty"] and not episodes[1].policy_info["memory_empty"]
+    logged = policy.outcomes.entries()
+    assert [e.mode for e in logged] == modes[1:]
+    assert all(e.reward == pytest.approx(float(e.success) - 0.05 * e.synthesis_calls) for e in logged)
+
+
+def test_abstraction_memory_records_correct_parents(tiny_backbone, embedder, tmp_path):
+    policy = make("abstraction", tiny_backbone, embedder, tmp_path)
+    train(policy, 8)
+    abstractions = policy.abstractions.all()
+    assert len(abstractions) == 8
+    for a in abstractions:
+        (source,) = policy.trajectories.get(a.sources)
+        assert a.parents == sorted(source.abstraction_ids)
+    assert abstractions[0].parents == [] and any(a.parents for a in abstractions[1:])
+
+
+def test_persist_ablation_stores_guidance(tiny_backbone, embedder, tmp_path):
+    policy = make("anti_persistence", tiny_backbone, embedder, tmp_path, fixed_mode="corrective", persist_guidance=True)
+    train(policy, 4)
+    stored = policy.abstractions.all()
+    assert stored and all(a.kind == "guidance" and a.sources for a in stored)
+
+
+def test_infrastructure_failures_and_failed_embeddings_are_not_learned(tiny_backbone, embedder, tmp_path):
+    policy = make("anti_persistence", tiny_backbone, embedder, tmp_path)
+    train(policy, 3)
+
+    class Crashing(Tasks):
+        def _advance(self, action):
+            raise ap_gym.EnvInfrastructureError("engine died")
+
+    ep = ap_gym.run_episode(Crashing(), policy, task_id="c/1")
+    assert ep.termination is Termination.INFRA
+    assert (len(policy.trajectories), len(policy.outcomes)) == (3, 2)
+
+    class Broken:
+        identity, dim = embedder.identity, embedder.dim
+
+        def embed(self, texts):
+            raise RuntimeError("embedding server down")
+
+    policy.embedder = Broken()
+    ep = train(policy, 1)[0]
+    assert "embedding server down" in ep.policy_info["embedding_failed"]
+    assert (len(policy.trajectories), len(policy.outcomes)) == (3, 2)
+
+
+def test_state_snapshot_and_reload(tiny_backbone, embedder, tmp_path):
+    policy = make("joint", tiny_backbone, embedder, tmp_path)
+    train(policy, 3)
+    policy.iteration = 1
+    policy.save_state(tmp_path / "snap")
+    train(policy, 3)
+    assert len(policy.trajectories) == 6
+    policy.eval().load_state(tmp_path / "snap")
+    assert (len(policy.trajectories), len(policy.abstractions), policy.iteration, policy.training) == (3, 3, 1, False)
+    ep = ap_gym.run_episode(Tasks(), policy, task_id="c/7", max_steps=1)
+    assert ep.policy_info["retrieved_records"]
+
+
+def test_admission_filter_and_frozen_layer(tiny_backbone, embedder, tmp_path):
+    policy = make("abstraction", tiny_backbone, embedder, tmp_path, admission=lambda text, ep: False,
+                  frozen_abstractions=["Always count with 'add'."])
+    ep = train(policy, 3)[-1]
+    assert len(policy.abstractions) == 0
+    assert "## Skills\n- Always count with 'add'." in ep.steps[0].prompt
+    judged = make("reflexion", tiny_backbone, embedder, tmp_path, admission="llm")
+    ep = train(judged, 1)[0]
+    assert ep.usage.calls_for("maintenance") == 1 and ep.usage.calls_for("reflection") == 1
+    assert isinstance(judged, AbstractionMemory) and not isinstance(judged, AntiPersistence)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id", ["ap_gym/ScienceWorld-v0", "ap_gym/TextWorld-v0"])
+def test_every_policy_trains_and_evaluates_on_real_envs_with_the_default_backbone(env_id, default_backbone, embedder, tmp_path):
+    env = gym.make(env_id)
+    try:
+        train_id = env.unwrapped.task_ids("train")[0]
+        test_id = env.unwrapped.task_ids("test")[0]
+        for name in ["no_memory", *MEMORY]:
+            policy = make_policy(name, default_backbone, embedder=embedder, db_path=tmp_path / f"{name}.sqlite",
+                                 memory={"synthesis": {"max_new_tokens": 24}})
+            policy.train()
+            first = ap_gym.run_episode(env, policy, task_id=train_id, max_steps=2)
+            second = ap_gym.run_episode(env, policy, task_id=train_id, max_steps=2)
+            policy.eval()
+            held_out = ap_gym.run_episode(env, policy, task_id=test_id, max_steps=2)
+            for ep in (first, second, held_out):
+                assert ep.termination is not Termination.INFRA, ep.error
+                assert ep.usage.calls_for("acting") == ep.num_steps == 2
+            if name != "no_memory":
+                assert held_out.policy_info["guidance"] in held_out.steps[0].prompt
+    finally:
+        env.close()
