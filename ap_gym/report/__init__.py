@@ -1,0 +1,241 @@
+"""``ap-gym report``: the paper's tables and figures from result files only.
+
+Writes into ``<run>/report/`` (or ``out``): ``report.md`` with every table, each table
+also as CSV, and ``curves.png`` (held-out success and LLM calls against iteration, one
+panel per setting, mean over seeds with a ±1 std band).
+
+A *setting* is a benchmark with a backbone; a *method* is a policy label. Tables:
+final-iteration held-out success (mean ± std over seeds) per method and setting and
+its mean over settings (the headline); LLM calls per held-out task (acting and
+synthesis/reflection/maintenance) and trajectory length; success per task family; the
+Anti-Persistence mode usage; discard versus persist; setting-level statistics
+(exploratory); the error-reproduction audit for methods that store abstractions.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ap_gym.protocol import load_episodes
+from ap_gym.report.audit import GrammarLabeller, audit
+from ap_gym.report.stats import paired_stats
+
+__all__ = ["collect", "write_report"]
+
+FLAGSHIP = "anti_persistence"
+
+
+def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def collect(runs: Sequence[str | Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Held-out and training lines of every run, each tagged with its setting, and the
+    policy specs by label."""
+    lines, specs = [], {}
+    for run in runs:
+        run = Path(run)
+        meta = json.loads((run / "config.json").read_text())
+        backbone = meta.get("backbone")
+        ident = backbone.get("identity") if isinstance(backbone, dict) else (backbone or "none")
+        for p in meta["config"]["policies"]:
+            specs[p["label"]] = p
+        for x in load_episodes(run):
+            x["setting"] = f"{x['benchmark']} @ {ident}"
+            x["run"] = str(run)
+            lines.append(x)
+    return lines, specs
+
+
+def _table(path: Path, header: list[str], rows: list[list[Any]]) -> str:
+    with open(path.with_suffix(".csv"), "w", newline="") as f:
+        csv.writer(f).writerows([header, *rows])
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return "n/a" if math.isnan(v) else f"{v:.3g}" if abs(v) < 1e-2 and v != 0 else f"{v:.2f}"
+        return str(v)
+
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def write_report(runs: Sequence[str | Path], out: str | Path | None = None, benchmark_labeller: bool = True) -> Path:
+    lines, specs = collect(runs)
+    out = Path(out) if out else Path(runs[0]) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    evals = [x for x in lines if x["phase"] == "eval" and x["termination"] != "infrastructure_failure"]
+    infra = sum(1 for x in lines if x["termination"] == "infrastructure_failure")
+    final_it: dict[tuple[str, str, int], int] = {}
+    for x in evals:
+        key = (x["setting"], x["policy"], x["seed"])
+        final_it[key] = max(final_it.get(key, 0), x["iteration"])
+    final = [x for x in evals if x["iteration"] == final_it[(x["setting"], x["policy"], x["seed"])]]
+    settings = sorted({x["setting"] for x in evals})
+    methods = sorted({x["policy"] for x in evals}, key=lambda m: (m != FLAGSHIP, m))
+
+    def per_seed(rows: list[dict[str, Any]], fn: Any) -> dict[tuple[str, str], list[float]]:
+        groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+        for x in rows:
+            groups[(x["setting"], x["policy"], x["seed"])].append(x)
+        out_: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for (s, m, _), xs in sorted(groups.items()):
+            out_[(s, m)].append(fn(xs))
+        return out_
+
+    success = per_seed(final, lambda xs: statistics.fmean(x["success"] for x in xs))
+    acting = per_seed(final, lambda xs: statistics.fmean(x["usage"]["calls"].get("acting", 0) for x in xs))
+    other = per_seed(final, lambda xs: statistics.fmean(x["usage"]["llm_calls"] - x["usage"]["calls"].get("acting", 0) for x in xs))
+    steps = per_seed(final, lambda xs: statistics.fmean(x["num_steps"] for x in xs))
+
+    md = ["# ap-gym report", "", f"Runs: {', '.join(str(r) for r in runs)}. Held-out episodes: {len(evals)}; "
+          f"infrastructure failures (excluded, all phases): {infra}.", "",
+          "Success is the benchmark's own definition; a step-limit truncation is a failure. "
+          "Means and standard deviations are over seeds at each setting's final iteration.", ""]
+
+    rows = []
+    for m in methods:
+        cells, means = [], []
+        for s in settings:
+            mu, sd = _mean_std(success.get((s, m), []))
+            cells.append(f"{100 * mu:.1f} ± {100 * sd:.1f}" if not math.isnan(mu) else "-")
+            if not math.isnan(mu):
+                means.append(mu)
+        rows.append([m, *cells, f"{100 * statistics.fmean(means):.1f}" if means else "-"])
+    md += ["## Final held-out success (%)", "", _table(out / "final_success", ["method", *settings, "mean over settings"], rows), ""]
+
+    rows = []
+    for m in methods:
+        for s in settings:
+            if (s, m) in success:
+                a, o, st = (_mean_std(d[(s, m)])[0] for d in (acting, other, steps))
+                rows.append([m, s, a + o, a, o, st])
+    md += ["## LLM calls and trajectory length per held-out task (final iteration)", "",
+           _table(out / "llm_calls", ["method", "setting", "LLM calls", "acting", "synthesis+reflection+maintenance", "steps"], rows), ""]
+
+    fam: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for x in final:
+        fam[(x["setting"].split(" @ ")[0], x["task_family"], x["policy"])].append(float(x["success"]))
+    families = sorted({(b, f) for b, f, _ in fam})
+    rows = [[b, f, *[(f"{100 * statistics.fmean(fam[(b, f, m)]):.0f} (n={len(fam[(b, f, m)])})" if fam.get((b, f, m)) else "-")
+                     for m in methods]] for b, f in families]
+    md += ["## Success per task family (%, final iteration, all seeds)", "", _table(out / "per_family", ["benchmark", "family", *methods], rows), ""]
+
+    ap_labels = [m for m in methods if specs.get(m, {}).get("name") == FLAGSHIP]
+    if ap_labels:
+        rows = []
+        for m in ap_labels:
+            for phase in ("train", "eval"):
+                counts = Counter(x["policy_info"].get("mode") for x in lines if x["policy"] == m and x["phase"] == phase)
+                total = sum(counts.values()) or 1
+                rows.append([m, phase, *[f"{100 * counts.get(mode, 0) / total:.0f}%" for mode in ("none", "imitation", "strategic", "corrective")], total])
+        md += ["## Anti-Persistence mode usage", "", _table(out / "modes", ["method", "phase", "none", "imitation", "strategic", "corrective", "episodes"], rows), ""]
+        persist = [m for m in ap_labels if (specs[m].get("options") or {}).get("persist_guidance")]
+        discard = [m for m in ap_labels if m not in persist]
+        if persist and discard:
+            rows = [[s, f"{100 * _mean_std(success.get((s, discard[0]), []))[0]:.1f}",
+                     f"{100 * _mean_std(success.get((s, persist[0]), []))[0]:.1f}"] for s in settings]
+            md += ["## Discard versus persist (final held-out success, %)", "",
+                   _table(out / "discard_vs_persist", ["setting", f"discard ({discard[0]})", f"persist ({persist[0]})"], rows), ""]
+
+    if FLAGSHIP in methods:
+        method = {s: _mean_std(success[(s, FLAGSHIP)])[0] for s in settings if (s, FLAGSHIP) in success}
+        baselines = {m: {s: _mean_std(success[(s, m)])[0] for s in settings if (s, m) in success}
+                     for m in methods if m != FLAGSHIP}
+        rows = [[r.baseline, r.n, r.mean_diff, f"{r.positive}/{r.n}", "n/a" if math.isnan(r.ci_low) else f"[{r.ci_low:.1f}, {r.ci_high:.1f}]",
+                 r.t_p, r.t_p_holm, r.wilcoxon_p, r.wilcoxon_p_holm] for r in paired_stats(method, baselines)]
+        md += ["## Setting-level statistics (exploratory)", "",
+               f"Paired differences {FLAGSHIP} minus baseline over settings, in points. Holm's correction within "
+               "each test family. With few settings these are descriptive, not population claims; n/a needs at "
+               "least 2 settings (and non-zero differences for Wilcoxon).", "",
+               _table(out / "stats", ["baseline", "settings", "mean diff (pts)", "positive", "95% t-interval",
+                                      "t-test p", "Holm", "Wilcoxon p", "Holm"], rows), ""]
+
+    if benchmark_labeller:
+        md += _audit_section(runs, lines, specs, out)
+    _plot(evals, settings, methods, out / "curves.png")
+    md += ["## Curves", "", "![held-out success and LLM calls per iteration](curves.png)", ""]
+    (out / "report.md").write_text("\n".join(md))
+    return out
+
+
+def _audit_section(runs: Sequence[str | Path], lines: list[dict[str, Any]], specs: dict[str, Any], out: Path) -> list[str]:
+    from ap_gym.memory.store import AbstractionStore, MemoryDB
+
+    rows = []
+    for run in runs:
+        for db_path in sorted(Path(run).glob("*/*/seed*/memory.sqlite")):
+            bench, label, seed = db_path.parts[-4], db_path.parts[-3], db_path.parts[-2]
+            try:
+                db = MemoryDB(db_path, readonly=True)
+            except Exception:
+                continue
+            try:
+                stored = AbstractionStore(db).all(include_inactive=True)
+            finally:
+                db.close()
+            if not stored:
+                continue
+            rejected = sum(len(x["policy_info"].get("rejected_abstractions", [])) for x in lines
+                           if x["policy"] == label and x["benchmark"] == bench and f"seed{x['seed']}" == seed)
+            r = audit(f"{bench}/{label}/{seed}", stored, GrammarLabeller(bench), rejected)
+            rows.append([r.setting, r.abstractions, r.flagged, f"{r.flagged_given_flagged_parent}/{r.with_flagged_parent}",
+                         r.rate_exposed, f"{r.flagged_given_no_flagged_parent}/{r.without_flagged_parent}",
+                         r.rate_unexposed, r.gap, r.q, r.alpha, r.eta, r.q * r.alpha * r.eta])
+    text = ["## Error-reproduction audit", "",
+            "Labeller: a stored abstraction is *flagged* when it quotes a command whose verb the benchmark's "
+            "grammar lacks (ap_gym/report/audit.py). Not flagged means not flagged, never correct. "
+            "Association, not causation.", ""]
+    if not rows:
+        return [*text, "No method in these runs stored abstractions.", ""]
+    return [*text, _table(out / "audit", ["setting", "abstractions", "flagged", "flagged given flagged parent", "rate",
+                                          "flagged given no flagged parent", "rate", "gap", "q", "alpha", "eta", "q*alpha*eta"], rows), ""]
+
+
+def _plot(evals: list[dict[str, Any]], settings: list[str], methods: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(2, max(1, len(settings)), figsize=(5.5 * max(1, len(settings)), 7), squeeze=False)
+    for col, s in enumerate(settings):
+        for m in methods:
+            by_seed: dict[int, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+            for x in evals:
+                if x["setting"] == s and x["policy"] == m:
+                    by_seed[x["seed"]][x["iteration"]].append(x)
+            if not by_seed:
+                continue
+            iters = sorted({i for d in by_seed.values() for i in d})
+            for row, fn in ((0, lambda xs: 100 * statistics.fmean(x["success"] for x in xs)),
+                            (1, lambda xs: statistics.fmean(x["usage"]["llm_calls"] for x in xs))):
+                values = np.array([[fn(by_seed[seed][i]) if by_seed[seed].get(i) else np.nan for i in iters] for seed in by_seed])
+                mean, sd = np.nanmean(values, axis=0), np.nanstd(values, axis=0)
+                ax = axes[row][col]
+                ax.plot(iters, mean, marker="o", label=m)
+                ax.fill_between(iters, mean - sd, mean + sd, alpha=0.2)
+        from matplotlib.ticker import MaxNLocator
+
+        for row in (0, 1):
+            axes[row][col].xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes[0][col].set_ylim(-2, 102)
+        axes[0][col].set_title(s, fontsize=9)
+        axes[0][col].set_ylabel("held-out success (%)")
+        axes[1][col].set_ylabel("LLM calls per task")
+        axes[1][col].set_xlabel("iteration")
+        axes[0][col].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

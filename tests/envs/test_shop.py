@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import ap_gym
+from ap_gym.envs.shop import CATEGORIES, Goal, Product, ShopEnv, catalog, goals, shop_reward
+from ap_gym.errors import APGymError
+from ap_gym.policies import WalkthroughPolicy
+
+GOAL = Goal("i need waterproof lightweight hiking boots, size: 9, color: black, price lower than 80.00 dollars",
+            "B0X", "footwear", "hiking boots", ("lightweight", "waterproof"), {"color": "black", "size": "9"}, 80.0)
+
+
+def product(**kw):
+    base = dict(asin="B0X", title="t", category="footwear", product_type="hiking boots",
+                attributes=("lightweight", "waterproof", "leather"), options={"size": ("8", "9"), "color": ("black",)},
+                price=60.0, description="d", features=())
+    return Product(**{**base, **kw})
+
+
+@pytest.mark.parametrize(
+    ("p", "selected", "expected"),
+    [
+        (product(), {"size": "9", "color": "black"}, 1.0),
+        (product(attributes=("waterproof",)), {"size": "9", "color": "black"}, 4 / 5),  # one attribute missing
+        (product(), {"size": "8", "color": "black"}, 4 / 5),  # wrong option
+        (product(), {"color": "black"}, 4 / 5),  # option not chosen
+        (product(price=95.0), {"size": "9", "color": "black"}, 4 / 5),  # over the price bound
+        (product(product_type="sandals"), {"size": "9", "color": "black"}, 0.5),  # same category, other type
+        (product(category="audio", product_type="soundbar"), {"size": "9", "color": "black"}, 0.0),
+        (product(attributes=(), price=99.0), {}, 0.0),
+    ],
+)
+def test_reward_hand_computed(p, selected, expected):
+    assert shop_reward(GOAL, p, selected) == pytest.approx(expected)
+
+
+def test_catalog_and_instructions():
+    products = catalog()
+    assert len(products) >= 1000 and len({p.category for p in products}) >= 5 == min(5, len(CATEGORIES))
+    assert len({p.asin for p in products}) == len(products)
+    assert catalog() is catalog() and goals()[0] == goals()[0]
+    env = ShopEnv()
+    train, test = env.task_ids("train"), env.task_ids("test")
+    assert len(train) == 200 and len(test) == 100 and not set(train) & set(test)
+    g = env.goal(test[0])
+    assert "price lower than" in g.instruction and g.instruction.startswith(("i ", "find"))
+
+
+def test_check_env():
+    check_env(ShopEnv(split="test"), skip_render_check=True)
+
+
+def test_oracle_wins_every_held_out_instruction_and_random_does_not():
+    env = gym.make("ap_gym/Shop-v0", split="test")
+    rewards = [ap_gym.run_episode(env, WalkthroughPolicy(), task_id=t).score for t in env.unwrapped.task_ids("test")]
+    assert rewards == [100.0] * 100
+    rand = ap_gym.run_episode(env, ap_gym.policies.RandomPolicy(seed=0), task_id=env.unwrapped.task_ids("test")[0])
+    assert not rand.success
+
+
+def test_malformed_actions_return_the_same_page():
+    env = ShopEnv(split="test")
+    obs, info = env.reset(options={"task_id": env.task_ids("test")[0]})
+    for action, message in [("click[nothing here]", "Invalid click"), ("search[]", "Empty search"),
+                            ("search[boots", "Invalid action"), ("click[[x]]", "Invalid action"), ("dance", "Invalid action")]:
+        text, reward, term, trunc, _ = env.step(action)
+        assert text.startswith(message) and obs in text and reward == 0 and not term
+    text, *_ = env.step("search[hiking boots]")
+    assert "Total results" in text
+    text, *_ = env.step("search[more boots]")
+    assert "no search bar" in text
+
+
+def test_official_webshop_says_how_to_install():
+    with pytest.raises(APGymError, match="setup.sh.*Shop-v0"):
+        gym.make("ap_gym/WebShop-v0")
