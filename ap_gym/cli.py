@@ -74,8 +74,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
         iterations=args.iterations, seeds=args.seeds,
     )
     run_dir = run(config)
+    _print_final(run_dir)
     print(f"results: {run_dir}  (tables and plots: ap-gym report {run_dir})")
     return 0
+
+
+def _print_final(run_dir: object) -> None:
+    """Per held-out task of the final iteration: success, score, steps, LLM calls."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ap_gym.protocol import load_episodes
+
+    lines = [x for x in load_episodes(run_dir) if x["phase"] == "eval"]
+    last = max((x["iteration"] for x in lines), default=0)
+    table = Table(title=f"held-out tasks, final iteration ({last})")
+    for col in ("benchmark", "policy", "seed", "task", "success", "score", "steps", "LLM calls", "end"):
+        table.add_column(col)
+    for x in lines:
+        if x["iteration"] == last:
+            score = "-" if x["score"] is None else f"{x['score']:g}/{x['max_score']:g}" if x["max_score"] else f"{x['score']:g}"
+            table.add_row(x["benchmark"], x["policy"], str(x["seed"]), x["task_id"], "yes" if x["success"] else "no",
+                          score, str(x["num_steps"]), str(x["usage"]["llm_calls"]), x["termination"])
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

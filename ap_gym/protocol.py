@@ -74,7 +74,7 @@ class RunConfig:
         embedder: ``default`` or a sentence-transformers path.
         seeds: one full protocol per seed.
         iterations, train_per_iter: the protocol's rounds and training sample size.
-        heldout: evaluate only the first N held-out tasks (``None``: all, the paper's).
+        heldout: evaluate N held-out tasks spread evenly over the split (``None``: all, the paper's).
         max_steps: the step limit (50 in the paper).
         workers: processes for held-out evaluation.
         retries: re-runs of an episode that ended in an infrastructure failure.
@@ -149,6 +149,14 @@ def training_sample(task_ids: Sequence[str], n: int, seed: int, iteration: int) 
     if n <= len(task_ids):
         return rng.sample(list(task_ids), n)
     return [rng.choice(list(task_ids)) for _ in range(n)]
+
+
+def heldout_subset(task_ids: Sequence[str], n: int | None) -> list[str]:
+    """All held-out tasks, or ``n`` of them spread evenly over the split (so over its families)."""
+    ids = list(task_ids)
+    if n is None or n >= len(ids):
+        return ids
+    return [ids[(i * len(ids)) // n] for i in range(n)]
 
 
 class EpisodeLog:
@@ -237,6 +245,7 @@ def run_with_retries(env: Any, policy: Any, task_id: str, seed: int, max_steps: 
 
 # --------------------------------------------------------------- eval workers
 _WORKER: dict[str, Any] = {}
+_POOL: ProcessPoolExecutor | None = None
 
 
 def _eval_in_worker(job: dict[str, Any]) -> dict[str, Any]:
@@ -244,6 +253,13 @@ def _eval_in_worker(job: dict[str, Any]) -> dict[str, Any]:
     import tempfile
 
     config = RunConfig.from_dict(job["config"])
+    if "threads" not in _WORKER:  # share the cores: N workers x all-core BLAS thrash badly
+        import os
+
+        import torch
+
+        _WORKER["threads"] = max(1, (os.cpu_count() or 1) // config.workers)
+        torch.set_num_threads(_WORKER["threads"])
     spec = next(p for p in config.policies if p.label == job["label"])
     env_key = job["benchmark"]
     if _WORKER.get("env_key") != env_key:
@@ -253,6 +269,9 @@ def _eval_in_worker(job: dict[str, Any]) -> dict[str, Any]:
         _WORKER["env_key"] = env_key
     policy_key = (job["label"], job["snapshot"], job["seed"])
     if _WORKER.get("policy_key") != policy_key:
+        old = _WORKER.pop("policy", None)
+        if old is not None and hasattr(old, "close"):
+            old.close()
         db = Path(tempfile.mkdtemp(prefix="ap_gym_worker_")) / "memory.sqlite"
         policy = build_policy(spec, config, db, job["seed"])
         if job["snapshot"] and hasattr(policy, "load_state"):
@@ -297,12 +316,18 @@ def run(config: RunConfig, *, progress: bool = True) -> Path:
     atomic_write_json(run_dir / "prompts.json", all_prompts())
 
     settings = [(b, p, s) for b in config.benchmarks for p in config.policies for s in config.seeds]
+    global _POOL
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not progress) as bar:
         overall = bar.add_task(f"{config.name}: settings", total=len(settings))
-        for benchmark, spec, seed in settings:
-            _run_setting(config, benchmark, spec, seed, bar)
-            bar.advance(overall)
+        try:
+            for benchmark, spec, seed in settings:
+                _run_setting(config, benchmark, spec, seed, bar)
+                bar.advance(overall)
+        finally:
+            if _POOL is not None:
+                _POOL.shutdown(cancel_futures=True)
+                _POOL = None
     summary = summarise(run_dir)
     atomic_write_json(run_dir / "summary.json", summary)
     return run_dir
@@ -318,7 +343,7 @@ def _run_setting(config: RunConfig, benchmark: str, spec: PolicySpec, seed: int,
     policy = build_policy(spec, config, directory / "memory.sqlite", seed)
     stateful = isinstance(policy, MemoryPolicy)
     train_ids = env.unwrapped.task_ids("train")
-    heldout = env.unwrapped.task_ids("test")[: config.heldout]
+    heldout = heldout_subset(env.unwrapped.task_ids("test"), config.heldout)
     task = bar.add_task(f"{benchmark} {spec.label} seed {seed}",
                         total=config.iterations * ((config.train_per_iter if stateful or config.train_stateless else 0) + len(heldout)))
     try:
@@ -376,15 +401,14 @@ def _evaluate(config: RunConfig, benchmark: str, spec: PolicySpec, seed: int, en
             episode, attempts = run_with_retries(env, policy, task_id, seed, config.max_steps, config.retries)
             yield index, {"episode": episode.to_dict(), "attempts": attempts}
         return
+    global _POOL
     import multiprocessing as mp
 
+    if _POOL is None:  # one pool per run: workers keep their model, env and snapshot
+        _POOL = ProcessPoolExecutor(max_workers=config.workers, mp_context=mp.get_context("spawn"))
     jobs = [{"config": json.loads(json.dumps(config.to_dict())), "benchmark": benchmark, "label": spec.label,
              "seed": seed, "snapshot": snapshot, "task_id": task_id} for _, task_id in remaining]
-    workers = min(config.workers, len(jobs))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-        # contiguous chunks keep each worker on one snapshot; results come back in order
-        chunk = max(1, len(jobs) // workers)
-        yield from zip((i for i, _ in remaining), pool.map(_eval_in_worker, jobs, chunksize=chunk), strict=True)
+    yield from zip((i for i, _ in remaining), _POOL.map(_eval_in_worker, jobs), strict=True)
 
 
 # -------------------------------------------------------------------- summary

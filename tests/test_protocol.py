@@ -42,6 +42,13 @@ def test_training_sample_is_fixed_by_seed_and_iteration():
     assert len(training_sample(ids[:3], 7, 0, 0)) == 7
 
 
+def test_heldout_subset_spreads_over_the_split():
+    from ap_gym.protocol import heldout_subset
+
+    ids = [f"a{i}" for i in range(5)] + [f"b{i}" for i in range(5)]
+    assert heldout_subset(ids, 2) == ["a0", "b0"] and heldout_subset(ids, None) == ids == heldout_subset(ids, 99)
+
+
 def test_run_writes_results_and_refuses_a_changed_config(tmp_path):
     cfg = RunConfig.from_dict(config(tmp_path))
     run_dir = run(cfg, progress=False)
