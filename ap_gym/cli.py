@@ -44,19 +44,25 @@ def _env_id(name: str) -> str:
 
 
 def _cmd_games(args: argparse.Namespace) -> int:
+    import time
     from concurrent.futures import ProcessPoolExecutor
 
     from rich.progress import track
 
-    if args.benchmark != "textworld":
-        raise SystemExit(f"no generator for {args.benchmark!r} (available: textworld)")
-    from ap_gym.envs.textworld import default_suite, ensure_game
+    if args.benchmark == "textworld":
+        from ap_gym.envs.textworld import default_suite, ensure_game
 
-    specs = [s for split in ("train", "test") for s in default_suite()[split]]
+        specs: list = [s for split in ("train", "test") for s in default_suite()[split]]
+    else:
+        from ap_gym.envs.alfworld import alfworld_suite
+        from ap_gym.envs.alfworld_gen import ensure_alfworld_game as ensure_game
+
+        specs = [s for split in ("test", "train") for s in alfworld_suite()[split]]
+    t = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        for _ in track(pool.map(ensure_game, specs), total=len(specs), description="TextWorld games"):
+        for _ in track(pool.map(ensure_game, specs), total=len(specs), description=f"{args.benchmark} games"):
             pass
-    print(f"{len(specs)} games ready")
+    print(f"{len(specs)} {args.benchmark} games ready ({time.perf_counter() - t:.0f} s)")
     return 0
 
 
@@ -124,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_list)
 
     p = sub.add_parser("games", help="generate a benchmark's game suite into the cache")
-    p.add_argument("benchmark", choices=["textworld"])
+    p.add_argument("benchmark", choices=["textworld", "alfworld"])
     p.add_argument("--workers", type=int, default=2)
     p.set_defaults(func=_cmd_games)
 

@@ -44,6 +44,7 @@ __all__ = ["PolicySpec", "RunConfig", "load_episodes", "run", "summarise"]
 BENCHMARKS = {
     "scienceworld": "ap_gym/ScienceWorld-v0",
     "textworld": "ap_gym/TextWorld-v0",
+    "alfworld": "ap_gym/ALFWorld-v0",
     "shop": "ap_gym/Shop-v0",
     "webshop": "ap_gym/WebShop-v0",
 }

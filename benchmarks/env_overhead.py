@@ -9,7 +9,9 @@ Only steps are timed; resets are not. Prints per-step times and the wrapped/raw 
 
 ScienceWorld's "raw engine" is the JVM's own step/score/completed calls; the official
 Python wrapper's ``step`` (which also fetches look, inventory and the valid actions on
-every step) is timed too, for reference.
+every step) is timed too, for reference. ALFWorld's raw engine is TextWorld's PDDL env
+with alfworld's own wrappers (which always compute admissible commands); the time to
+generate a game into a fresh cache is printed too.
 """
 
 from __future__ import annotations
@@ -116,19 +118,63 @@ def textworld(n_tasks: int, rounds: int) -> dict[str, float]:
     return {"steps": steps, "raw_ms": 1000 * t_raw / steps, "wrapped_ms": 1000 * t_wrap / steps}
 
 
+def alfworld(n_tasks: int, rounds: int) -> dict[str, float]:
+    """Also times generating games (planner check included) into a fresh cache."""
+    import os
+    import tempfile
+
+    import textworld as tw
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+
+    from ap_gym.envs.alfworld import alfworld_suite
+    from ap_gym.envs.alfworld_gen import ensure_alfworld_game
+
+    specs = alfworld_suite()["test"][:: max(1, 134 // n_tasks)][:n_tasks]
+    old = os.environ.get("AP_GYM_CACHE")
+    with tempfile.TemporaryDirectory() as fresh:
+        os.environ["AP_GYM_CACHE"] = fresh
+        t = time.perf_counter()
+        for spec in specs:
+            ensure_alfworld_game(spec)
+        generation = (time.perf_counter() - t) / len(specs)
+    if old is None:
+        os.environ.pop("AP_GYM_CACHE", None)
+    else:
+        os.environ["AP_GYM_CACHE"] = old
+    env = gym.make("ap_gym/ALFWorld-v0", split="test", admissible_commands=False, max_episode_steps=100_000)
+    plans = {spec.task_id: _until_done(env, spec.task_id) for spec in specs}
+    infos = tw.EnvInfos(won=True, admissible_commands=True)
+    t_raw = t_wrap = 0.0
+    steps = 0
+    for _ in range(rounds):
+        for tid, plan in plans.items():
+            raw = tw.start(str(env.unwrapped.game_path(tid)), infos, wrappers=[AlfredDemangler(), AlfredInfos()])
+            raw.reset()
+            t_raw += _time(raw.step, plan)
+            raw.close()
+            env.reset(options={"task_id": tid})
+            t_wrap += _time(_wrapped_step(env), plan)
+            steps += len(plan)
+    env.close()
+    return {"steps": steps, "raw_ms": 1000 * t_raw / steps, "wrapped_ms": 1000 * t_wrap / steps,
+            "generation_s": generation}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", choices=["scienceworld", "textworld"])
+    parser.add_argument("--only", choices=["scienceworld", "textworld", "alfworld"])
     args = parser.parse_args()
-    runs = {"scienceworld": scienceworld, "textworld": textworld}
+    runs = {"scienceworld": scienceworld, "textworld": textworld, "alfworld": alfworld}
     print(f"{'benchmark':<14}{'steps':>7}{'raw ms/step':>13}{'wrapped ms/step':>17}{'wrapped/raw':>13}")
     for name, fn in runs.items():
         if args.only and name != args.only:
             continue
         r = fn(args.tasks, args.rounds)
         print(f"{name:<14}{r['steps']:>7}{r['raw_ms']:>13.3f}{r['wrapped_ms']:>17.3f}{r['wrapped_ms'] / r['raw_ms']:>13.3f}")
+        if "generation_s" in r:
+            print(f"{'':<14}(generating a game, planner check included: {r['generation_s']:.1f} s each)")
         if "python_wrapper_ms" in r:
             print(f"{'':<14}(ScienceWorld's own Python step: {r['python_wrapper_ms']:.1f} ms/step, "
                   f"{r['python_wrapper_ms'] / r['wrapped_ms']:.0f}x ours)")

@@ -21,6 +21,7 @@ DEFAULT_MAX_STEPS = 50
 ENV_IDS = {
     "ap_gym/ScienceWorld-v0": "ap_gym.envs.scienceworld:ScienceWorldEnv",
     "ap_gym/TextWorld-v0": "ap_gym.envs.textworld:TextWorldEnv",
+    "ap_gym/ALFWorld-v0": "ap_gym.envs.alfworld:ALFWorldEnv",
     "ap_gym/Shop-v0": "ap_gym.envs.shop:ShopEnv",
     "ap_gym/WebShop-v0": "ap_gym.envs.webshop:WebShopEnv",
 }

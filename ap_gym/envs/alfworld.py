@@ -1,0 +1,183 @@
+"""ALFWorld (Shridhar et al., 2021) as ``ap_gym/ALFWorld-v0``, offline.
+
+Without the official data (a download), the suite is generated from what the
+``alfworld`` package ships (:mod:`ap_gym.envs.alfworld_gen`): 180 training and 134
+held-out games over the six task types, balanced as in ALFWorld's ``valid_unseen``
+(pick 24, clean 31, heat 23, cool 21, look 18, pick two 17 held-out; the same
+proportions for training). Held-out games use scenes that training games never use (3
+of each room type, fixed by a seed), as ``valid_unseen`` does. Games are generated on
+first use (1-20 s each, planner-checked) and cached; ``ap-gym games alfworld`` makes
+them all ahead of time with a progress bar.
+
+With the official data (``ALFWORLD_DATA`` pointing at a folder holding
+``json_2.1.1/train`` and ``json_2.1.1/valid_unseen`` with their ``game.tw-pddl`` files)
+the same env serves the official games: 180 training games sampled with a fixed seed
+from ``train``, and the 134 of ``valid_unseen``.
+
+Contract: the instruction is ALFWorld's "Your task is to: ..."; admissible commands are
+on; ``task_family`` is the task type; success is ALFWorld's ``won`` (there is no loss:
+only the 50-step limit ends a failing episode). The engine speaks ``move X to Y``; the
+old ``put X in/on Y`` is accepted and rewritten (:mod:`ap_gym.wrappers.action_syntax`).
+Reset option ``walkthrough=True`` gives the expert plan (the planner's) in
+``info["walkthrough"]``, so :class:`~ap_gym.policies.WalkthroughPolicy` is the expert.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ap_gym.envs.alfworld_gen import TASK_TYPES, AlfGameSpec, ensure_alfworld_game, scenes
+from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
+from ap_gym.errors import EnvInfrastructureError
+from ap_gym.wrappers.action_syntax import put_to_move
+
+__all__ = ["HELDOUT_COUNTS", "TRAIN_COUNTS", "ALFWorldEnv", "alfworld_suite"]
+
+HELDOUT_COUNTS = {"pick_and_place_simple": 24, "pick_clean_then_place_in_recep": 31,
+                  "pick_heat_then_place_in_recep": 23, "pick_cool_then_place_in_recep": 21,
+                  "look_at_obj_in_light": 18, "pick_two_obj_and_place": 17}
+TRAIN_COUNTS = {"pick_and_place_simple": 32, "pick_clean_then_place_in_recep": 42,
+                "pick_heat_then_place_in_recep": 31, "pick_cool_then_place_in_recep": 28,
+                "look_at_obj_in_light": 24, "pick_two_obj_and_place": 23}
+SPLIT_SEED = 2021
+ROOMS = {"kitchen": range(1, 31), "livingroom": range(201, 231), "bedroom": range(301, 331), "bathroom": range(401, 431)}
+
+
+def _hosts(task_type: str, scene: dict[str, Any]) -> bool:
+    rtypes = {t for t, _ in scene["receptacles"]}
+    need = {"pick_clean_then_place_in_recep": "SinkBasin", "pick_heat_then_place_in_recep": "Microwave",
+            "pick_cool_then_place_in_recep": "Fridge"}.get(task_type)
+    if need and need not in rtypes:
+        return False
+    if task_type == "look_at_obj_in_light":
+        return any(o in ("DeskLamp", "FloorLamp") for o in scene["objects"])
+    return True
+
+
+@cache
+def alfworld_suite(seed: int = SPLIT_SEED) -> dict[str, list[AlfGameSpec]]:
+    """The generated suite: held-out games on unseen scenes, training games on the rest."""
+    rng = random.Random(seed)
+    available = scenes()
+    unseen = {s for room in ROOMS.values() for s in rng.sample([s for s in room if s in available], 3)}
+    suite: dict[str, list[AlfGameSpec]] = {"train": [], "test": []}
+    for split, counts in (("test", HELDOUT_COUNTS), ("train", TRAIN_COUNTS)):
+        pool = sorted(s for s in available if (s in unseen) == (split == "test"))
+        for task_type in TASK_TYPES:
+            hosts = [s for s in pool if _hosts(task_type, available[s])]
+            rng.shuffle(hosts)
+            suite[split] += [AlfGameSpec(task_type, hosts[i % len(hosts)], (1 if split == "test" else 2) * 10_000 + i)
+                             for i in range(counts[task_type])]
+    return suite
+
+
+def _official(data: Path, seed: int) -> dict[str, dict[str, Path]] | None:
+    root = data / "json_2.1.1"
+    if not (root / "train").is_dir() or not (root / "valid_unseen").is_dir():
+        return None
+
+    def games(split: str) -> dict[str, Path]:
+        found = sorted(root.joinpath(split).glob("*/*/game.tw-pddl"))
+        return {f"{p.parent.parent.name}/{p.parent.name}": p for p in found}
+
+    train = games("train")
+    keys = sorted(train)
+    random.Random(seed).shuffle(keys)
+    return {"train": {k: train[k] for k in sorted(keys[:180])}, "test": games("valid_unseen")}
+
+
+class ALFWorldEnv(TextEnv):
+    """ALFWorld behind the ap-gym text contract; see the module docstring.
+
+    Args:
+        split: ``"train"`` (180 games) or ``"test"`` (134 held-out games).
+        data: the official data folder; default ``$ALFWORLD_DATA`` when it holds
+            ``json_2.1.1``, else the generated suite.
+        split_seed: fixes the unseen scenes (generated) or the training sample (official).
+    """
+
+    benchmark = "alfworld"
+
+    def __init__(self, *, split: str = "train", data: str | Path | None = None, split_seed: int = SPLIT_SEED,
+                 admissible_commands: bool = True, render_mode: str | None = None) -> None:
+        super().__init__(split=split, admissible_commands=admissible_commands, render_mode=render_mode)
+        data = data or os.environ.get("ALFWORLD_DATA")
+        self._official = _official(Path(data), split_seed) if data else None
+        if self._official is not None:
+            self._ids = {s: list(self._official[s]) for s in SPLITS}
+            self._specs: dict[str, AlfGameSpec] = {}
+        else:
+            suite = alfworld_suite(split_seed)
+            self._specs = {g.task_id: g for s in SPLITS for g in suite[s]}
+            self._ids = {s: [g.task_id for g in suite[s]] for s in SPLITS}
+        self._tw: Any = None
+
+    def _task_ids(self, split: str) -> list[str]:
+        return self._ids[split]
+
+    def has_task(self, task_id: str) -> bool:
+        return task_id in self._specs or any(task_id in self._ids[s] for s in SPLITS)
+
+    def task_family(self, task_id: str) -> str:
+        if task_id in self._specs:
+            return self._specs[task_id].task_type
+        return task_id.split("-")[0]
+
+    def game_path(self, task_id: str) -> Path:
+        if self._official is not None:
+            return next(self._official[s][task_id] for s in SPLITS if task_id in self._official[s])
+        return ensure_alfworld_game(self._specs[task_id])
+
+    def _start(self, task_id: str, options: Mapping[str, Any]) -> StartResult:
+        import textworld
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+
+        path = self.game_path(task_id)
+        walkthrough_file = path.parent / "walkthrough.json"
+        want_plan = bool(options.get("walkthrough")) and not walkthrough_file.exists()
+        self._close_tw()
+        infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=want_plan)
+        try:
+            self._tw = textworld.start(str(path), infos, wrappers=[AlfredDemangler(), AlfredInfos()])
+            state = self._tw.reset()
+        except Exception as e:
+            self._close_tw()
+            raise EnvInfrastructureError(f"ALFWorld could not start {path}: {e}") from e
+        feedback = state.feedback or ""
+        instruction = feedback.split("Your task is to:")[-1].strip() if "Your task is to:" in feedback else ""
+        extra: dict[str, Any] = {}
+        if options.get("walkthrough"):
+            extra["walkthrough"] = (json.loads(walkthrough_file.read_text()) if walkthrough_file.exists()
+                                    else list(state["policy_commands"] or []))
+        return StartResult(feedback, instruction, 0.0, 1.0, self._admissible_of(state), extra)
+
+    def _admissible_of(self, state: Any) -> list[str] | None:
+        return list(state["admissible_commands"] or []) if self._admissible else None
+
+    def _advance(self, action: str) -> StepResult:
+        try:
+            state, _, _ = self._tw.step(put_to_move(action))
+        except Exception as e:
+            self._close_tw()
+            self._task_id = None
+            raise EnvInfrastructureError(f"ALFWorld's engine failed on {action!r} ({e}); call reset()") from e
+        won = bool(state["won"])
+        return StepResult(state.feedback or "", 1.0 if won else 0.0, won=won, lost=False,
+                          admissible_commands=self._admissible_of(state))
+
+    def _close_tw(self) -> None:
+        tw, self._tw = self._tw, None
+        if tw is not None:
+            with contextlib.suppress(Exception):
+                tw.close()
+
+    def close(self) -> None:
+        self._close_tw()
+        super().close()

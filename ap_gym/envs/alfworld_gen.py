@@ -1,0 +1,260 @@
+"""ALFWorld games generated offline from what the ``alfworld`` package ships.
+
+ALFWorld's official game files come from a download; its engine, PDDL domain
+(``alfred.pddl``), text grammar (``alfred.twl2``), goal library, object constraints
+(``gen/constants.py``) and the receptacle layouts of 120 ALFRED scenes do ship. A game
+here is a PDDL problem written against the shipped domain for one scene: the scene's
+receptacles (from its layout, with ALFRED-style ids that alfworld's demangler shows as
+"cabinet 1"), objects of the scene's types placed in receptacles that can hold them
+(distractors included), closed openable receptacles, and a goal from alfworld's goal
+library for one of the six task types. It is wrapped as ``game.tw-pddl`` (domain,
+grammar with the task description added by alfworld's ``add_task_to_grammar``,
+problem) beside a minimal ``traj_data.json``.
+
+Every game is checked before it is used: the planner's plan (fast-downward, through
+TextWorld) is replayed and must win, or the next candidate seed is tried.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ap_gym.paths import cache_dir
+
+__all__ = ["TASK_TYPES", "AlfGameSpec", "ensure_alfworld_game", "scenes"]
+
+TASK_TYPES = (
+    "pick_and_place_simple",
+    "pick_two_obj_and_place",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+)
+#: Which receptacle type a task type's state change needs in the scene.
+_NEEDS = {"pick_clean_then_place_in_recep": "SinkBasin", "pick_heat_then_place_in_recep": "Microwave",
+          "pick_cool_then_place_in_recep": "Fridge"}
+_ACTION = {"pick_clean_then_place_in_recep": "Cleanable", "pick_heat_then_place_in_recep": "Heatable",
+           "pick_cool_then_place_in_recep": "Coolable"}
+GENERATOR_VERSION = "1"
+
+
+def _alfworld() -> tuple[Any, Any, str, str]:
+    os.environ.setdefault("ALFWORLD_DATA", str(cache_dir("alfworld", "data")))  # importing alfworld writes here
+    import alfworld
+    from alfworld.gen import constants
+    from alfworld.gen import goal_library as glib
+
+    base = Path(alfworld.__file__).parent
+    return constants, glib, (base / "data" / "alfred.pddl").read_text(), (base / "data" / "alfred.twl2").read_text()
+
+
+@cache
+def scenes() -> dict[int, dict[str, Any]]:
+    """Scene number -> {"receptacles": [(type, id)], "objects": [types]} from the shipped layouts."""
+    import alfworld
+
+    constants, *_ = _alfworld()
+    folder = Path(alfworld.__file__).parent / "gen" / "layouts"
+    out = {}
+    for path in sorted(folder.glob("FloorPlan*-openable.json")):
+        number = int(path.name[len("FloorPlan"):].split("-")[0])
+        ids = sorted(json.loads(path.read_text()))
+        kinds = json.loads((folder / f"FloorPlan{number}-objects.json").read_text())
+        receptacles = []
+        for rid in ids:
+            rtype = rid.split("|")[0]
+            if rtype == "Sink":
+                receptacles.append(("SinkBasin", rid + "|SinkBasin"))
+            elif rtype == "Bathtub":
+                receptacles.append(("BathtubBasin", rid + "|BathtubBasin"))
+            elif rtype in constants.RECEPTACLES:
+                receptacles.append((rtype, rid))
+        objects = sorted({k for k in kinds if k in constants.OBJECTS and k not in constants.RECEPTACLES
+                          and k not in constants.MOVABLE_RECEPTACLES_SET or k in ("Mug", "Bowl", "Cup", "Plate", "Pan", "Pot")})
+        out[number] = {"receptacles": receptacles, "objects": objects}
+    return out
+
+
+@dataclass(frozen=True)
+class AlfGameSpec:
+    """One generated game: task type, scene and seed."""
+
+    task_type: str
+    scene: int
+    seed: int
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.task_type}/FloorPlan{self.scene}/s{self.seed}"
+
+
+def _mangle(text: str) -> str:
+    for a, b in (("-", "_minus_"), ("|", "_bar_"), ("+", "_plus_"), (".", "_dot_"), (",", "_comma_")):
+        text = text.replace(a, b)
+    return text
+
+
+def _object_id(otype: str, rng: random.Random) -> str:
+    x, y, z = (rng.uniform(-3, 3) for _ in range(3))
+    return f"{otype}|{x:+06.2f}|{y:+06.2f}|{z:+06.2f}"
+
+
+def build_game(spec: AlfGameSpec) -> dict[str, Any] | None:
+    """The game files' contents for ``spec``, or None if the scene cannot host the task."""
+    constants, glib, domain, grammar = _alfworld()
+    from alfworld.agents.utils.misc import add_task_to_grammar
+
+    rng = random.Random(f"{spec.task_type}|{spec.scene}|{spec.seed}")
+    scene = scenes()[spec.scene]
+    recs = scene["receptacles"]
+    rtypes = {t for t, _ in recs}
+    holds = constants.VAL_RECEPTACLE_OBJECTS
+    need = _NEEDS.get(spec.task_type)
+    if need and need not in rtypes:
+        return None
+    pool = [o for o in scene["objects"] if any(o in holds.get(t, set()) for t in rtypes)]
+    if spec.task_type in _ACTION:
+        pool = [o for o in pool if o in constants.VAL_ACTION_OBJECTS[_ACTION[spec.task_type]]]
+    lamps = [o for o in scene["objects"] if o in ("DeskLamp", "FloorLamp")]
+    if spec.task_type == "look_at_obj_in_light" and not lamps:
+        return None
+    # the target receptacle type must hold the object and not be the state-change appliance
+    choices = [(o, t) for o in pool for t in sorted(rtypes - constants.MOVABLE_RECEPTACLES_SET)
+               if o in holds.get(t, set()) and t != need and t not in ("SinkBasin", "BathtubBasin")]
+    if not choices:
+        return None
+    obj, parent = rng.choice(sorted(choices))
+    toggle = rng.choice(lamps) if spec.task_type == "look_at_obj_in_light" else ""
+
+    rtype_names = sorted(set(constants.RECEPTACLES) - constants.MOVABLE_RECEPTACLES_SET)
+    otype_names = sorted(constants.OBJECTS_SET - set(rtype_names))
+    objects = ["agent1 - agent"] + [f"{t}Type - otype" for t in otype_names] + [f"{t}Type - rtype" for t in rtype_names]
+    init = ["(= (totalCost) 0)"]
+    locations = ["loc_bar_start"]
+    rec_ids = []
+    for rtype, rid in recs:
+        name, loc = _mangle(rid), f"loc_bar_{len(locations)}"
+        locations.append(loc)
+        rec_ids.append((rtype, name, loc))
+        objects += [f"{name} - receptacle", f"{loc} - location"]
+        init += [f"(receptacleType {name} {rtype}Type)", f"(receptacleAtLocation {name} {loc})"]
+        if rtype in constants.OPENABLE_CLASS_LIST:
+            init.append(f"(openable {name})")
+    objects.append("loc_bar_start - location")
+    init.append("(atLocation agent1 loc_bar_start)")
+    for rt in rtype_names:
+        for ot in sorted(holds.get(rt, set())):
+            if ot in otype_names:
+                init.append(f"(canContain {rt}Type {ot}Type)")
+    # objects: the target (twice for pick-two), the lamp, and distractors of other types
+    n_target = 2 if spec.task_type == "pick_two_obj_and_place" else rng.randint(1, 2)
+    placed = [obj] * n_target + ([toggle] if toggle else [])
+    others = [o for o in scene["objects"] if o not in (obj, toggle, "DeskLamp", "FloorLamp")]
+    placed += rng.sample(others, min(len(others), rng.randint(4, 8)))
+    for otype in placed:
+        spots = [(rt, n, loc) for rt, n, loc in rec_ids if otype in holds.get(rt, set()) and rt in rtype_names
+                 and not (otype == obj and rt == parent)]  # the goal is not already met
+        if otype in ("DeskLamp", "FloorLamp"):
+            spots = [(rt, n, loc) for rt, n, loc in rec_ids if rt in ("Desk", "SideTable", "Dresser", "Shelf", "Nightstand", "CounterTop", "DiningTable", "CoffeeTable", "TVStand", "Sofa", "ArmChair")] or spots
+        if not spots:
+            if otype == obj:
+                return None
+            continue
+        rt, rname, loc = rng.choice(spots)
+        oname = _mangle(_object_id(otype, rng))
+        objects.append(f"{oname} - object")
+        init += [f"(objectType {oname} {otype}Type)", f"(inReceptacle {oname} {rname})",
+                 f"(objectAtLocation {oname} {loc})"]
+        if otype in ("DeskLamp", "FloorLamp"):
+            init.append(f"(toggleable {oname})")
+        else:
+            init.append(f"(pickupable {oname})")
+        for prop, key in (("cleanable", "Cleanable"), ("heatable", "Heatable"), ("coolable", "Coolable")):
+            if otype in constants.VAL_ACTION_OBJECTS[key]:
+                init.append(f"({prop} {oname})")
+        if otype in constants.MOVABLE_RECEPTACLES_SET:
+            init.append(f"(isReceptacleObject {oname})")
+    for a in locations:
+        for b in locations:
+            if a != b:
+                init.append(f"(= (distance {a} {b}) 1)")
+    goal = glib.gdict[spec.task_type]["pddl"].format(obj=obj, recep=parent, toggle=toggle, mrecep="")
+    goal = goal.replace("#", "-")
+    problem = (f"(define (problem {_mangle(spec.task_id.replace('/', '_'))})\n(:domain alfred)\n(:objects\n"
+               + "\n".join(objects) + "\n)\n(:init\n" + "\n".join(init) + "\n)\n" + goal)
+    traj = {"task_type": spec.task_type, "scene": f"FloorPlan{spec.scene}", "generated_by": "ap-gym",
+            "pddl_params": {"object_target": obj, "parent_target": parent if spec.task_type != "look_at_obj_in_light" else "",
+                            "toggle_target": toggle, "mrecep_target": "", "object_sliced": False}}
+    state = random.getstate()  # alfworld's templater draws from the global generator
+    random.seed(f"{spec.task_id}|template")
+    try:
+        task_grammar = add_task_to_grammar(grammar, traj)
+    finally:
+        random.setstate(state)
+    return {"game": {"pddl_domain": domain, "grammar": task_grammar, "pddl_problem": problem, "solvable": True},
+            "traj_data": traj}
+
+
+def _check(game_file: Path) -> list[str] | None:
+    """The planner's plan if replaying it wins the game, else None."""
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+
+    infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=True)
+    env = textworld.start(str(game_file), infos, wrappers=[AlfredDemangler(), AlfredInfos()])
+    try:
+        state = env.reset()
+        plan = list(state["policy_commands"] or [])
+        if not plan:
+            return None
+        for command in plan:
+            state, _, done = env.step(command)
+            if done:
+                break
+        return plan if state["won"] else None
+    except Exception:
+        return None
+    finally:
+        env.close()
+
+
+def ensure_alfworld_game(spec: AlfGameSpec, attempts: int = 20) -> Path:
+    """The checked ``game.tw-pddl`` of ``spec``, generated on first use and cached.
+
+    Candidates are tried in a fixed order (the spec's seed, then derived ones) until one
+    is hostable and its plan wins; the cache holds only checked games, written to a
+    temporary directory and renamed into place.
+    """
+    final = cache_dir("alfworld", f"games-v{GENERATOR_VERSION}") / spec.task_id.replace("/", "__")
+    game = final / "game.tw-pddl"
+    if game.exists() and (final / "traj_data.json").exists() and (final / "walkthrough.json").exists():
+        return game
+    shutil.rmtree(final, ignore_errors=True)
+    for attempt in range(attempts):
+        candidate = AlfGameSpec(spec.task_type, spec.scene, spec.seed * 1000 + attempt)
+        built = build_game(candidate)
+        if built is None:
+            continue
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
+        (tmp / "game.tw-pddl").write_text(json.dumps(built["game"]))
+        (tmp / "traj_data.json").write_text(json.dumps(built["traj_data"], indent=1))
+        plan = _check(tmp / "game.tw-pddl")
+        if plan is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            continue
+        (tmp / "walkthrough.json").write_text(json.dumps(plan))
+        try:
+            tmp.rename(final)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return game
+    raise RuntimeError(f"no solvable ALFWorld game for {spec.task_id} in {attempts} attempts")

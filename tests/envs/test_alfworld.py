@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import collections
+import json
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import ap_gym
+from ap_gym.envs.alfworld import HELDOUT_COUNTS, TRAIN_COUNTS, ALFWorldEnv, alfworld_suite
+from ap_gym.envs.alfworld_gen import TASK_TYPES, ensure_alfworld_game
+from ap_gym.policies import WalkthroughPolicy
+from ap_gym.wrappers import PutToMove, put_to_move
+
+
+def test_suite_shape_and_unseen_scenes():
+    suite = alfworld_suite()
+    assert len(suite["train"]) == 180 and len(suite["test"]) == 134
+    assert collections.Counter(g.task_type for g in suite["test"]) == HELDOUT_COUNTS
+    assert collections.Counter(g.task_type for g in suite["train"]) == TRAIN_COUNTS
+    assert not {g.scene for g in suite["train"]} & {g.scene for g in suite["test"]}
+    assert {g.task_type for g in suite["train"]} == {g.task_type for g in suite["test"]} == set(TASK_TYPES)
+    assert alfworld_suite() == suite
+
+
+@pytest.mark.parametrize(
+    ("action", "expected"),
+    [("put mug 1 in/on coffeemachine 1", "move mug 1 to coffeemachine 1"),
+     ("put apple 2 in fridge 1", "move apple 2 to fridge 1"), ("Put egg 1 on countertop 3", "move egg 1 to countertop 3"),
+     ("move mug 1 to sinkbasin 1", "move mug 1 to sinkbasin 1"), ("go to desk 1", "go to desk 1")],
+)
+def test_put_is_rewritten_to_move(action, expected):
+    assert put_to_move(action) == expected
+
+
+@pytest.fixture(scope="module")
+def alf_env():
+    env = gym.make("ap_gym/ALFWorld-v0", split="test")
+    yield env
+    env.close()
+
+
+def one_per_type(env):
+    ids = env.unwrapped.task_ids("test")
+    return [next(t for t in ids if t.startswith(tt)) for tt in TASK_TYPES]
+
+
+def test_expert_wins_one_game_of_each_type_and_old_syntax_works(alf_env):
+    for task_id in one_per_type(alf_env):
+        ep = ap_gym.run_episode(alf_env, WalkthroughPolicy(), task_id=task_id)
+        assert ep.success and ep.task_family == task_id.split("/")[0], task_id
+        assert ep.instruction and ep.num_steps <= 50
+    # the same plan with ALFWorld's old 'put X in/on Y' wins too
+    task_id = one_per_type(alf_env)[0]
+    obs, info = alf_env.reset(options={"task_id": task_id, "walkthrough": True})
+    plan = [a.replace("move ", "put ", 1).replace(" to ", " in/on ", 1) if a.startswith("move ") else a
+            for a in info["walkthrough"]]
+    assert any(a.startswith("put ") for a in plan)
+    for action in plan:
+        obs, reward, term, trunc, info = alf_env.step(action)
+    assert term and info["success"]
+
+
+def test_check_env_and_contract(alf_env):
+    check_env(alf_env.unwrapped, skip_render_check=True)
+    obs, info = alf_env.reset(options={"task_id": one_per_type(alf_env)[2]})
+    assert info["task_family"] == "look_at_obj_in_light" and "go to" in " ".join(info["admissible_commands"])
+    obs, reward, term, trunc, info = alf_env.step("fly to the moon")
+    assert obs == "Nothing happens." and not term and not info["success"]
+    wrapped = PutToMove(gym.make("ap_gym/TextWorld-v0", split="test"))
+    assert wrapped.action("put key in box") == "move key to box"
+    wrapped.close()
+
+
+def test_damaged_cache_is_regenerated(tmp_path, monkeypatch):
+    monkeypatch.setenv("AP_GYM_CACHE", str(tmp_path))
+    spec = alfworld_suite()["test"][0]
+    game = ensure_alfworld_game(spec)
+    plan = json.loads((game.parent / "walkthrough.json").read_text())
+    (game.parent / "walkthrough.json").unlink()  # as if killed mid-write
+    again = ensure_alfworld_game(spec)
+    assert json.loads((again.parent / "walkthrough.json").read_text()) == plan
+
+
+def test_official_data_layout_is_used_when_present(tmp_path):
+    src = ensure_alfworld_game(alfworld_suite()["test"][0]).parent
+    for split in ("train", "valid_unseen"):
+        d = tmp_path / "json_2.1.1" / split / "pick_and_place_simple-Mug-None-Desk-301" / "trial_T1"
+        d.mkdir(parents=True)
+        for name in ("game.tw-pddl", "traj_data.json"):
+            (d / name).write_text((src / name).read_text())
+    env = ALFWorldEnv(split="test", data=tmp_path)
+    (task,) = env.task_ids("test")
+    assert task == "pick_and_place_simple-Mug-None-Desk-301/trial_T1" and env.task_family(task) == "pick_and_place_simple"
+    ep = ap_gym.run_episode(env, WalkthroughPolicy(), task_id=task)  # plan from the planner
+    assert ep.success
