@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ap_gym.errors import StoreError
-from ap_gym.memory.index import ExactIndex
+from ap_gym.memory.index import ANN_THRESHOLD, AutoIndex, load_index, save_index
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -81,6 +81,10 @@ CREATE TABLE abstraction_parents (
 """
 
 
+def _index_suffixes() -> list[str]:
+    return [f".{t}.faiss{ext}" for t in ("trajectories", "outcome_log", "abstractions") for ext in ("", ".json")]
+
+
 def _blob(v: np.ndarray) -> bytes:
     return np.asarray(v, dtype=np.float32).tobytes()
 
@@ -100,10 +104,12 @@ class MemoryDB:
     """
 
     def __init__(self, path: str | Path, *, readonly: bool = False, embedding_dim: int | None = None,
-                 embedder: str = "?") -> None:
+                 embedder: str = "?", ann_threshold: int = ANN_THRESHOLD) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        self.ann_threshold = ann_threshold
         self._lock = threading.RLock()
+        self._stores: list[_Embedded] = []
         existed = self.path.exists() and self.path.stat().st_size > 0
         if readonly and not existed:
             raise StoreError(f"{self.path} does not exist; a read-only memory needs a database")
@@ -194,6 +200,8 @@ class MemoryDB:
         if not self.readonly:
             with self._lock:
                 self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for store in self._stores:
+            store.persist()
 
     def backup(self, dest: str | Path) -> Path:
         """A consistent copy of the database at ``dest`` (SQLite's backup API)."""
@@ -208,23 +216,29 @@ class MemoryDB:
             finally:
                 target.close()
         tmp.replace(dest)
+        for suffix in _index_suffixes():
+            Path(f"{dest}{suffix}").unlink(missing_ok=True)
+        for store in self._stores:  # the copy's index files, so a snapshot loads without a rebuild
+            store.persist(dest)
         return dest
 
     def close(self) -> None:
         with self._lock:
-            if not self.readonly:
-                self.checkpoint()
+            self.checkpoint()
             self.conn.close()
 
     @staticmethod
     def restore(snapshot: str | Path, dest: str | Path) -> None:
         """Replace ``dest`` (and its WAL files) with a copy of ``snapshot``."""
         dest = Path(dest)
-        for suffix in ("-wal", "-shm"):
+        for suffix in ("-wal", "-shm", *_index_suffixes()):
             Path(str(dest) + suffix).unlink(missing_ok=True)
         tmp = dest.with_suffix(dest.suffix + ".tmp")
         shutil.copyfile(snapshot, tmp)
         tmp.replace(dest)
+        for suffix in _index_suffixes():
+            if Path(f"{snapshot}{suffix}").exists():
+                shutil.copyfile(f"{snapshot}{suffix}", f"{dest}{suffix}")
 
 
 @dataclass(frozen=True)
@@ -244,7 +258,14 @@ class Record:
 
 
 class _Embedded:
-    """A table with an embedding column mirrored in an in-memory index."""
+    """A table with an embedding column mirrored in a similarity index.
+
+    The index is built from SQLite on first use. Once the table reaches the ANN
+    threshold the index is an HNSW graph, kept in a file beside the database
+    (``<db>.<table>.faiss``) with the fingerprint (row count, largest id, id sum) of the
+    rows it holds: a missing, unreadable or stale file is rebuilt from SQLite, so the
+    database alone stays the whole state.
+    """
 
     table = ""
     id_col = "id"
@@ -252,28 +273,80 @@ class _Embedded:
 
     def __init__(self, db: MemoryDB) -> None:
         self.db = db
-        self._index: ExactIndex | None = None
+        self._index: AutoIndex | None = None
+        self._dirty = False
+        self._count: int | None = None
+        db._stores.append(self)
 
-    def _load_index(self) -> ExactIndex:
-        if self._index is None:
-            rows = self.db.conn.execute(
-                f"SELECT {self.id_col}, embedding FROM {self.table} {self.where} ORDER BY {self.id_col}"
-            ).fetchall()
-            dim = self.db.dim or (len(_vec(rows[0][1])) if rows else 1)
-            index = ExactIndex(dim)
-            if rows:
-                index.add(np.array([r[0] for r in rows]), np.stack([_vec(r[1]) for r in rows]))
+    def index_path(self, db_path: str | Path | None = None) -> Path:
+        return Path(f"{db_path or self.db.path}.{self.table}.faiss")
+
+    def fingerprint(self) -> dict[str, Any]:
+        count, max_id, id_sum = self.db.conn.execute(
+            f"SELECT count(*), coalesce(max({self.id_col}), 0), coalesce(sum({self.id_col}), 0)"
+            f" FROM {self.table} {self.where}").fetchone()
+        return {"table": self.table, "rows": count, "max_id": max_id, "id_sum": id_sum,
+                "dim": self.db.dim, "embedder": self.db.embedder}
+
+    def _load_index(self) -> AutoIndex:
+        with self.db._lock:
+            if self._index is not None:
+                return self._index
+            dim = self.db.dim or 1
+            index = AutoIndex(dim, self.db.ann_threshold)
+            fingerprint = self.fingerprint()
+            if fingerprint["rows"] >= self.db.ann_threshold:
+                loaded = load_index(self.index_path(), fingerprint)
+                if loaded is not None:
+                    index.inner = loaded
+                    self._index = index
+                    return index
+            cursor = self.db.conn.execute(
+                f"SELECT {self.id_col}, embedding FROM {self.table} {self.where} ORDER BY {self.id_col}")
+            while rows := cursor.fetchmany(50_000):
+                vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+                if self.db.dim is None:
+                    index = AutoIndex(vecs.shape[1], self.db.ann_threshold)
+                    dim = vecs.shape[1]
+                index.add(np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)), vecs)
             self._index = index
-        return self._index
+            self._dirty = True
+            self.persist()
+            return index
+
+    def persist(self, db_path: str | Path | None = None) -> None:
+        """Write the HNSW index beside the database (or the copy at ``db_path``); best effort."""
+        with self.db._lock:
+            if self._index is None or self._index.kind != "hnsw" or (db_path is None and not self._dirty):
+                return
+            try:
+                save_index(self._index, self.index_path(db_path), self.fingerprint())
+            except (OSError, RuntimeError):
+                return  # a read-only directory: the index is rebuilt next time
+            if db_path is None:
+                self._dirty = False
+
+    def _added(self, ids: np.ndarray, vecs: np.ndarray) -> None:
+        if self._index is not None:
+            self._index.add(ids, vecs)
+            self._dirty = True
+        self._count = None
 
     def invalidate(self) -> None:
-        self._index = None
+        with self.db._lock:
+            self._index = None
+            self._count = None
 
     def nearest(self, query: np.ndarray, k: int, allowed: Iterable[int] | None = None) -> list[tuple[int, float]]:
         query = self.db.check_vector(query)
         allowed_arr = None if allowed is None else np.fromiter(allowed, dtype=np.int64)
         ids, sims = self._load_index().search(query, k, allowed_arr)
         return [(int(i), float(s)) for i, s in zip(ids, sims, strict=True)]
+
+    def __len__(self) -> int:
+        if self._count is None:
+            self._count = int(self.db.conn.execute(f"SELECT count(*) FROM {self.table}").fetchone()[0])
+        return self._count
 
 
 class TrajectoryStore(_Embedded):
@@ -293,8 +366,7 @@ class TrajectoryStore(_Embedded):
                 (task_id, family, instruction, json.dumps(list(steps)), int(success), score, _blob(vec),
                  iteration, mode, json.dumps(list(abstraction_ids))),
             )
-        if self._index is not None:
-            self._index.add(np.array([cur.lastrowid]), vec[None])
+        self._added(np.array([cur.lastrowid]), vec[None])
         return int(cur.lastrowid)
 
     def get(self, ids: Sequence[int]) -> list[Record]:
@@ -323,9 +395,6 @@ class TrajectoryStore(_Embedded):
             rows = self.db.conn.execute("SELECT id FROM trajectories WHERE success=? ORDER BY id", (int(success),))
         return [r[0] for r in rows]
 
-    def __len__(self) -> int:
-        return int(self.db.conn.execute("SELECT count(*) FROM trajectories").fetchone()[0])
-
 
 @dataclass(frozen=True)
 class LogEntry:
@@ -342,12 +411,22 @@ class LogEntry:
     trajectory_id: int | None = None
 
 
-class OutcomeLog:
-    """The bandit's feedback; entries are read whole (the log is small) and cached."""
+class OutcomeLog(_Embedded):
+    """The bandit's feedback, searchable by task embedding.
+
+    The bandit asks three things of it, each cheap at a million entries: which modes
+    were ever tried, the k entries nearest a task (through the similarity index), and
+    every entry's mode and reward in log order (numpy arrays, read once and extended on
+    append) for the recency-weighted global means.
+    """
+
+    table = "outcome_log"
+    id_col = "seq"
 
     def __init__(self, db: MemoryDB) -> None:
-        self.db = db
-        self._cache: list[LogEntry] | None = None
+        super().__init__(db)
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._mode_names: list[str] = []
 
     def append(self, *, embedding: np.ndarray, mode: str, reward: float, family: str, instruction: str,
                success: bool, synthesis_calls: int, trajectory_id: int | None = None) -> int:
@@ -360,19 +439,55 @@ class OutcomeLog:
                 (_blob(vec), mode, float(reward), family, instruction[:200], int(success), int(synthesis_calls),
                  trajectory_id),
             )
-        self._cache = None
-        return int(cur.lastrowid)
+        seq = int(cur.lastrowid)
+        self._added(np.array([seq]), vec[None])
+        if self._arrays is not None:
+            seqs, codes, rewards = self._arrays
+            self._arrays = (np.append(seqs, seq), np.append(codes, self._code(mode)), np.append(rewards, float(reward)))
+        return seq
+
+    def _code(self, mode: str) -> int:
+        if mode not in self._mode_names:
+            self._mode_names.append(mode)
+        return self._mode_names.index(mode)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Every entry's mode code and reward in log order, and the code -> mode names."""
+        with self.db._lock:
+            if self._arrays is None:
+                seqs, codes, rewards = [], [], []
+                for seq, mode, reward in self.db.conn.execute("SELECT seq, mode, reward FROM outcome_log ORDER BY seq"):
+                    seqs.append(seq)
+                    codes.append(self._code(mode))
+                    rewards.append(reward)
+                self._arrays = (np.array(seqs, dtype=np.int64), np.array(codes, dtype=np.int64),
+                                np.array(rewards, dtype=np.float64))
+            return self._arrays[1], self._arrays[2], list(self._mode_names)
+
+    def modes_seen(self) -> set[str]:
+        codes, _, names = self.arrays()
+        return {names[c] for c in np.unique(codes)}
+
+    def neighbours(self, query: np.ndarray, k: int) -> list[tuple[int, float, str, float, int]]:
+        """The ``k`` entries most similar to ``query``: (position in the log, similarity, mode, reward, seq)."""
+        hits = self.nearest(query, k)
+        self.arrays()
+        assert self._arrays is not None
+        seqs, codes, rewards = self._arrays
+        positions = np.searchsorted(seqs, [seq for seq, _ in hits])
+        return [(int(p), sim, self._mode_names[int(codes[p])], float(rewards[p]), seq)
+                for p, (seq, sim) in zip(positions, hits, strict=True)]
 
     def entries(self) -> list[LogEntry]:
-        if self._cache is None:
-            rows = self.db.conn.execute("SELECT * FROM outcome_log ORDER BY seq").fetchall()
-            self._cache = [LogEntry(r["seq"], _vec(r["embedding"]), r["mode"], r["reward"], r["family"],
-                                    r["instruction"], bool(r["success"]), r["synthesis_calls"], r["trajectory_id"])
-                           for r in rows]
-        return self._cache
+        """Every entry, in log order (reads the whole log: for reports and tests)."""
+        rows = self.db.conn.execute("SELECT * FROM outcome_log ORDER BY seq").fetchall()
+        return [LogEntry(r["seq"], _vec(r["embedding"]), r["mode"], r["reward"], r["family"],
+                         r["instruction"], bool(r["success"]), r["synthesis_calls"], r["trajectory_id"])
+                for r in rows]
 
-    def __len__(self) -> int:
-        return len(self.entries())
+    def invalidate(self) -> None:
+        super().invalidate()
+        self._arrays = None
 
 
 @dataclass(frozen=True)
@@ -419,8 +534,7 @@ class AbstractionStore(_Embedded):
                                      [(aid, s) for s in sources])
             self.db.conn.executemany("INSERT OR IGNORE INTO abstraction_parents VALUES (?,?)",
                                      [(aid, p) for p in parents])
-        if self._index is not None:
-            self._index.add(np.array([aid]), vec[None])
+        self._added(np.array([aid]), vec[None])
         return aid
 
     def get(self, ids: Sequence[int]) -> list[Abstraction]:
@@ -466,5 +580,4 @@ class AbstractionStore(_Embedded):
             self.db.conn.execute("UPDATE abstractions SET flags=json_set(flags, ?, json(?)) WHERE id=?",
                                  (f"$.{key}", json.dumps(value), aid))
 
-    def __len__(self) -> int:
-        return int(self.db.conn.execute("SELECT count(*) FROM abstractions").fetchone()[0])
+

@@ -85,7 +85,7 @@ class AntiPersistence(MemoryPolicy):
             return Choice(self.fixed_mode, "fixed")
         if self.random_mode:
             return Choice(rng.choice(MODES), "random")
-        return self.bandit.select(vec, self.outcomes.entries(), rng)
+        return self.bandit.select(vec, self.outcomes, rng)
 
     def _guidance(self, vec: np.ndarray, info: Mapping[str, Any]) -> list[tuple[str, str]]:
         memory_empty = len(self.trajectories) == 0

@@ -27,12 +27,13 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from ap_gym.memory.store import LogEntry
 
-__all__ = ["MODES", "BanditConfig", "Choice", "ModeBandit", "mode_reward"]
+__all__ = ["MODES", "BanditConfig", "Choice", "EntryList", "LogView", "ModeBandit", "mode_reward"]
 
 MODES = ("none", "imitation", "strategic", "corrective")
 
@@ -66,40 +67,83 @@ def mode_reward(success: bool, synthesis_calls: int, lam: float = 0.05) -> float
     return max(-1.0, min(1.0, float(success) - lam * synthesis_calls))
 
 
+class LogView(Protocol):
+    """What the bandit reads from an outcome log (an :class:`~ap_gym.memory.store.OutcomeLog`
+    answers it through its similarity index, so a million entries cost milliseconds)."""
+
+    def __len__(self) -> int: ...
+
+    def modes_seen(self) -> set[str]: ...
+
+    def neighbours(self, query: np.ndarray, k: int) -> list[tuple[int, float, str, float, int]]: ...
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, list[str]]: ...
+
+
+class EntryList:
+    """A :class:`LogView` over a list of entries in log order (exact, for small logs and tests)."""
+
+    def __init__(self, entries: Sequence[LogEntry]) -> None:
+        self.entries = list(entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def modes_seen(self) -> set[str]:
+        return {e.mode for e in self.entries}
+
+    def neighbours(self, query: np.ndarray, k: int) -> list[tuple[int, float, str, float, int]]:
+        n = len(self.entries)
+        sims = np.stack([e.embedding for e in self.entries]) @ np.asarray(query, dtype=np.float32)
+        order = np.lexsort((np.arange(n), -sims))[:k]
+        return [(int(i), float(sims[i]), self.entries[i].mode, self.entries[i].reward, self.entries[i].seq)
+                for i in order]
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        names = list(dict.fromkeys(e.mode for e in self.entries))
+        codes = np.array([names.index(e.mode) for e in self.entries], dtype=np.int64)
+        return codes, np.array([e.reward for e in self.entries], dtype=np.float64), names
+
+
+def _view(log: LogView | Sequence[LogEntry]) -> LogView:
+    return log if hasattr(log, "neighbours") else EntryList(log)  # type: ignore[arg-type]
+
+
 class ModeBandit:
     def __init__(self, config: BanditConfig | None = None, modes: Sequence[str] = MODES) -> None:
         self.config = config or BanditConfig()
         self.modes = tuple(modes)
 
-    def select(self, query: np.ndarray, entries: Sequence[LogEntry], rng: random.Random) -> Choice:
+    def select(self, query: np.ndarray, log: LogView | Sequence[LogEntry], rng: random.Random) -> Choice:
         """Choose a mode for a task with embedding ``query`` given the outcome log."""
-        tried = {e.mode for e in entries}
+        log = _view(log)
+        tried = log.modes_seen()
         for mode in self.modes:
             if mode not in tried:
                 return Choice(mode, "round_robin")
         explore = rng.random() < self.config.epsilon
         if explore:
             return Choice(rng.choice(self.modes), "explore")
-        return self.exploit(query, entries)
+        return self.exploit(query, log)
 
-    def exploit(self, query: np.ndarray, entries: Sequence[LogEntry]) -> Choice:
+    def exploit(self, query: np.ndarray, log: LogView | Sequence[LogEntry]) -> Choice:
         """The deterministic part of the rule: UCB among neighbours, or the global fallback."""
         cfg = self.config
-        n = len(entries)
-        vecs = np.stack([e.embedding for e in entries])
-        sims = vecs @ np.asarray(query, dtype=np.float32)
-        order = np.lexsort((np.arange(n), -sims))[: cfg.neighbours]
-        mean_sim = float(np.mean(sims[order]))
+        log = _view(log)
+        n = len(log)
+        near = log.neighbours(query, cfg.neighbours)
+        seqs = tuple(seq for *_, seq in near)
+        mean_sim = float(np.mean([sim for _, sim, *_ in near]))
         if mean_sim < cfg.rho:
-            util = self.global_means(entries)
+            util = self.global_means(log)
             best = max(self.modes, key=lambda m: (util[m] if util[m] is not None else -math.inf))
-            return Choice(best, "fallback", util, mean_sim, tuple(entries[i].seq for i in order))
+            return Choice(best, "fallback", util, mean_sim, seqs)
         weights: dict[str, float] = dict.fromkeys(self.modes, 0.0)
         sums: dict[str, float] = dict.fromkeys(self.modes, 0.0)
-        for i in order:
-            w = float(sims[i]) * cfg.gamma ** (n - 1 - int(i))
-            weights[entries[i].mode] = weights.get(entries[i].mode, 0.0) + w
-            sums[entries[i].mode] = sums.get(entries[i].mode, 0.0) + w * entries[i].reward
+        for position, sim, mode, reward, _ in near:
+            w = sim * cfg.gamma ** (n - 1 - position)
+            weights[mode] = weights.get(mode, 0.0) + w
+            sums[mode] = sums.get(mode, 0.0) + w * reward
         total = sum(w for w in weights.values() if w > 0)
         log_n = max(math.log(total), 0.0) if total > 0 else 0.0
         util: dict[str, float | None] = {}
@@ -110,18 +154,19 @@ class ModeBandit:
                 util[m] = None
         candidates = [m for m in self.modes if util[m] is not None]
         if not candidates:  # no neighbour carries weight
-            util = self.global_means(entries)
+            util = self.global_means(log)
             best = max(self.modes, key=lambda m: (util[m] if util[m] is not None else -math.inf))
-            return Choice(best, "fallback", util, mean_sim, tuple(entries[i].seq for i in order))
+            return Choice(best, "fallback", util, mean_sim, seqs)
         best = max(candidates, key=lambda m: util[m])  # ties: MODES order
-        return Choice(best, "ucb", util, mean_sim, tuple(entries[i].seq for i in order))
+        return Choice(best, "ucb", util, mean_sim, seqs)
 
-    def global_means(self, entries: Sequence[LogEntry]) -> dict[str, float | None]:
-        n = len(entries)
-        weights: dict[str, float] = dict.fromkeys(self.modes, 0.0)
-        sums: dict[str, float] = dict.fromkeys(self.modes, 0.0)
-        for i, e in enumerate(entries):
-            w = self.config.gamma ** (n - 1 - i)
-            weights[e.mode] = weights.get(e.mode, 0.0) + w
-            sums[e.mode] = sums.get(e.mode, 0.0) + w * e.reward
-        return {m: (sums[m] / weights[m] if weights[m] > 0 else None) for m in self.modes}
+    def global_means(self, log: LogView | Sequence[LogEntry]) -> dict[str, float | None]:
+        codes, rewards, names = _view(log).arrays()
+        n = len(codes)
+        weights = self.config.gamma ** (n - 1 - np.arange(n, dtype=np.float64))
+        out: dict[str, float | None] = {}
+        for m in self.modes:
+            mask = codes == names.index(m) if m in names else np.zeros(n, dtype=bool)
+            total = float(weights[mask].sum())
+            out[m] = float((weights[mask] * rewards[mask]).sum()) / total if total > 0 else None
+        return out
