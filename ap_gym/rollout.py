@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -25,7 +27,7 @@ from ap_gym.errors import InfrastructureError
 from ap_gym.types import Episode, Policy, PolicyTrace, Termination
 from ap_gym.wrappers.recording import RecordEpisode
 
-__all__ = ["run_episode"]
+__all__ = ["run_episode", "run_episodes"]
 
 
 def run_episode(
@@ -119,3 +121,62 @@ def _failed_start(env: gym.Env, task_id: str | None, seed: int | None, e: Except
 
 
 
+
+
+def run_episodes(
+    envs: Sequence[gym.Env[str, str]],
+    policies: Sequence[Policy],
+    task_ids: Sequence[str],
+    *,
+    runner: Callable[[gym.Env[str, str], Policy, str], Any] | None = None,
+    on_lane_done: Callable[[int], None] | None = None,
+) -> list[Any]:
+    """Play ``task_ids`` on several (env, policy) lanes at once, one thread per lane.
+
+    Lanes take the next task as they free up; results come back in task order. Used
+    with :class:`~ap_gym.backbones.batching.BatchingBackbone` lane views as the
+    policies' backbones, the lanes' model calls run as one batch per step; with an HTTP
+    backbone they are concurrent requests.
+
+    Args:
+        envs, policies: one per lane, same length; a lane never shares either.
+        task_ids: the tasks to play.
+        runner: ``runner(env, policy, task_id)`` plays one task (default:
+            :func:`run_episode` with that task id).
+        on_lane_done: called with the lane's index when it has no task left.
+    """
+    if len(envs) != len(policies) or not envs:
+        raise ValueError("run_episodes needs one policy per env, and at least one lane")
+    play = runner or (lambda env, policy, task_id: run_episode(env, policy, task_id=task_id))
+    results: list[Any] = [None] * len(task_ids)
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    queue = list(enumerate(task_ids))
+
+    def lane(i: int) -> None:
+        try:
+            while True:
+                with lock:
+                    if not queue or errors:
+                        return
+                    index, task_id = queue.pop(0)
+                results[index] = play(envs[i], policies[i], task_id)
+        except BaseException as e:  # surfaces in the caller after every lane stopped
+            with lock:
+                errors.append(e)
+        finally:
+            if on_lane_done is not None:
+                on_lane_done(i)
+
+    threads = [threading.Thread(target=lane, args=(i,), name=f"ap-gym-lane-{i}", daemon=True)
+               for i in range(min(len(envs), len(task_ids)) or 1)]
+    for i in range(len(threads), len(envs)):  # lanes without a task never call
+        if on_lane_done is not None:
+            on_lane_done(i)
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results

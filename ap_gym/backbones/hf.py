@@ -398,6 +398,101 @@ class TransformersBackbone:
             for j in range(length):
                 totals[i] += float(logp[off + j, targets[j]])
 
+    def score_batch(
+        self, requests: Sequence[tuple[Sequence[Message], Sequence[str], Reduction]],
+        *, max_elements: int = 1 << 23,
+    ) -> list[tuple[list[float], int, int]]:
+        """Score several prompts' candidates in as few forward passes as memory allows.
+
+        Each request becomes one row, ``[prompt | cand 1 | cand 2 | ...]``, with a 4D mask
+        in which each candidate sees its own prompt and its own earlier tokens; rows are
+        right-padded and stacked. Rows are grouped so that rows x width^2 stays under
+        ``max_elements``; a row too wide for that is scored alone by :meth:`score` (with
+        its KV cache). No KV cache is reused across calls, so this pays for whole prompts:
+        it is for several episodes stepping in lock-step, not for one.
+
+        Returns:
+            Per request: the scores (reduced as asked), its prompt tokens and its
+            candidate tokens.
+        """
+        import torch
+
+        rows = []
+        for messages, candidates, _ in requests:
+            cand_ids = [self.tokenizer(c, add_special_tokens=False)["input_ids"] or [self.tokenizer.unk_token_id or 0]
+                        for c in candidates]
+            ids = self._encode_prompt(messages, max((len(c) for c in cand_ids), default=0) + 1)[0] if candidates else []
+            rows.append((ids, cand_ids))
+        results: list[tuple[list[float], int, int] | None] = [None] * len(requests)
+        widths = [len(ids) + sum(len(c) - 1 for c in cands) for ids, cands in rows]
+        order = sorted(range(len(requests)), key=lambda i: widths[i])
+        group: list[int] = []
+        with self._lock, torch.inference_mode():
+            for i in order:
+                messages, candidates, reduction = requests[i]
+                if not candidates:
+                    results[i] = ([], 0, 0)
+                elif widths[i] ** 2 > max_elements:
+                    scores = self.score(messages, candidates, reduction)
+                    results[i] = (scores, *self.last_score_tokens)
+                else:
+                    if group and (len(group) + 1) * widths[i] ** 2 > max_elements:
+                        self._score_rows(group, rows, requests, results)
+                        group = []
+                    group.append(i)
+            if group:
+                self._score_rows(group, rows, requests, results)
+        return [r for r in results if r is not None]
+
+    def _score_rows(self, group: list[int], rows: list[tuple[list[int], list[list[int]]]],
+                    requests: Sequence[tuple[Sequence[Message], Sequence[str], Reduction]],
+                    results: list[tuple[list[float], int, int] | None]) -> None:
+        import torch
+
+        pad = self.tokenizer.pad_token_id or 0
+        width = max(len(rows[i][0]) + sum(len(c) - 1 for c in rows[i][1]) for i in group)
+        tokens = torch.full((len(group), width), pad, dtype=torch.long)
+        positions = torch.zeros((len(group), width), dtype=torch.long)
+        allowed = torch.zeros((len(group), width, width), dtype=torch.bool)
+        spans: list[list[tuple[int, int]]] = []
+        for b, i in enumerate(group):
+            ids, cands = rows[i]
+            p = len(ids)
+            tokens[b, :p] = torch.tensor(ids)
+            positions[b, :p] = torch.arange(p)
+            allowed[b, :p, :p] = torch.tril(torch.ones(p, p, dtype=torch.bool))
+            off, row_spans = p, []
+            for c in cands:
+                feed = c[:-1]
+                n = len(feed)
+                if n:
+                    tokens[b, off:off + n] = torch.tensor(feed)
+                    positions[b, off:off + n] = torch.arange(p, p + n)
+                    allowed[b, off:off + n, :p] = True
+                    allowed[b, off:off + n, off:off + n] = torch.tril(torch.ones(n, n, dtype=torch.bool))
+                row_spans.append((off, n))
+                off += n
+            for j in range(off, width):  # padding attends to itself only (no empty rows)
+                allowed[b, j, j] = True
+            spans.append(row_spans)
+        dtype = self.model.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        out = self.model(input_ids=tokens.to(self.device), attention_mask=mask[:, None].to(self.device),
+                         position_ids=positions.to(self.device), use_cache=False)
+        logp = torch.log_softmax(out.logits.float(), -1)
+        for b, i in enumerate(group):
+            ids, cands = rows[i]
+            p = len(ids)
+            scores = []
+            for c, (off, n) in zip(cands, spans[b], strict=True):
+                total = float(logp[b, p - 1, c[0]])
+                for j in range(n):
+                    total += float(logp[b, off + j, c[j + 1]])
+                scores.append(total / len(c) if requests[i][2] == "mean" else total)
+            results[i] = (scores, p, sum(len(c) for c in cands))
+            self.stats["prefill_tokens"] += p
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "transformers", "identity": self.identity, "device": self.device,
                 "dtype": str(self.model.dtype), "reuse_cache": self.reuse_cache}

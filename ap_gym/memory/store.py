@@ -81,6 +81,16 @@ CREATE TABLE abstraction_parents (
 """
 
 
+def sums_from_arrays(codes: np.ndarray, rewards: np.ndarray, names: Sequence[str],
+                     gamma: float) -> dict[str, tuple[float, float]]:
+    """Per mode: (sum of gamma**age x reward, sum of gamma**age) over the whole log."""
+    n = len(codes)
+    weights = gamma ** (n - 1 - np.arange(n, dtype=np.float64))
+    rewarded = np.bincount(codes, weights=weights * rewards, minlength=len(names))
+    total = np.bincount(codes, weights=weights, minlength=len(names))
+    return {m: (float(rewarded[i]), float(total[i])) for i, m in enumerate(names)}
+
+
 def _index_suffixes() -> list[str]:
     return [f".{t}.faiss{ext}" for t in ("trajectories", "outcome_log", "abstractions") for ext in ("", ".json")]
 
@@ -427,6 +437,7 @@ class OutcomeLog(_Embedded):
         super().__init__(db)
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._mode_names: list[str] = []
+        self._sums: dict[float, dict[str, list[float]]] = {}
 
     def append(self, *, embedding: np.ndarray, mode: str, reward: float, family: str, instruction: str,
                success: bool, synthesis_calls: int, trajectory_id: int | None = None) -> int:
@@ -444,6 +455,13 @@ class OutcomeLog(_Embedded):
         if self._arrays is not None:
             seqs, codes, rewards = self._arrays
             self._arrays = (np.append(seqs, seq), np.append(codes, self._code(mode)), np.append(rewards, float(reward)))
+        for gamma, sums in self._sums.items():  # every older entry ages by one
+            for pair in sums.values():
+                pair[0] *= gamma
+                pair[1] *= gamma
+            pair = sums.setdefault(mode, [0.0, 0.0])
+            pair[0] += float(reward)
+            pair[1] += 1.0
         return seq
 
     def _code(self, mode: str) -> int:
@@ -463,6 +481,14 @@ class OutcomeLog(_Embedded):
                 self._arrays = (np.array(seqs, dtype=np.int64), np.array(codes, dtype=np.int64),
                                 np.array(rewards, dtype=np.float64))
             return self._arrays[1], self._arrays[2], list(self._mode_names)
+
+    def global_sums(self, gamma: float) -> dict[str, tuple[float, float]]:
+        """Per mode: (sum of gamma**age x reward, sum of gamma**age); kept up to date on append."""
+        with self.db._lock:
+            if gamma not in self._sums:
+                codes, rewards, names = self.arrays()
+                self._sums[gamma] = {m: list(v) for m, v in sums_from_arrays(codes, rewards, names, gamma).items()}
+            return {m: (v[0], v[1]) for m, v in self._sums[gamma].items()}
 
     def modes_seen(self) -> set[str]:
         codes, _, names = self.arrays()
@@ -488,6 +514,7 @@ class OutcomeLog(_Embedded):
     def invalidate(self) -> None:
         super().invalidate()
         self._arrays = None
+        self._sums = {}
 
 
 @dataclass(frozen=True)

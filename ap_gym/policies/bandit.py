@@ -31,7 +31,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ap_gym.memory.store import LogEntry
+from ap_gym.memory.store import LogEntry, sums_from_arrays
 
 __all__ = ["MODES", "BanditConfig", "Choice", "EntryList", "LogView", "ModeBandit", "mode_reward"]
 
@@ -77,7 +77,7 @@ class LogView(Protocol):
 
     def neighbours(self, query: np.ndarray, k: int) -> list[tuple[int, float, str, float, int]]: ...
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, list[str]]: ...
+    def global_sums(self, gamma: float) -> dict[str, tuple[float, float]]: ...
 
 
 class EntryList:
@@ -99,10 +99,10 @@ class EntryList:
         return [(int(i), float(sims[i]), self.entries[i].mode, self.entries[i].reward, self.entries[i].seq)
                 for i in order]
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    def global_sums(self, gamma: float) -> dict[str, tuple[float, float]]:
         names = list(dict.fromkeys(e.mode for e in self.entries))
         codes = np.array([names.index(e.mode) for e in self.entries], dtype=np.int64)
-        return codes, np.array([e.reward for e in self.entries], dtype=np.float64), names
+        return sums_from_arrays(codes, np.array([e.reward for e in self.entries], dtype=np.float64), names, gamma)
 
 
 def _view(log: LogView | Sequence[LogEntry]) -> LogView:
@@ -161,12 +161,9 @@ class ModeBandit:
         return Choice(best, "ucb", util, mean_sim, seqs)
 
     def global_means(self, log: LogView | Sequence[LogEntry]) -> dict[str, float | None]:
-        codes, rewards, names = _view(log).arrays()
-        n = len(codes)
-        weights = self.config.gamma ** (n - 1 - np.arange(n, dtype=np.float64))
+        sums = _view(log).global_sums(self.config.gamma)
         out: dict[str, float | None] = {}
         for m in self.modes:
-            mask = codes == names.index(m) if m in names else np.zeros(n, dtype=bool)
-            total = float(weights[mask].sum())
-            out[m] = float((weights[mask] * rewards[mask]).sum()) / total if total > 0 else None
+            rewarded, total = sums.get(m, (0.0, 0.0))
+            out[m] = rewarded / total if total > 0 else None
         return out
