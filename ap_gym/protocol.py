@@ -294,6 +294,27 @@ def _close_worker() -> None:
         _WORKER.pop(key, None)
 
 
+def _init_worker(config_dict: dict[str, Any], benchmark: str) -> None:
+    """Load the model and the envs as a worker process starts, all workers in parallel,
+    rather than inside each worker's first episode."""
+    config = RunConfig.from_dict(config_dict)
+    _set_threads(config)
+    if any(p.name not in ("random", "walkthrough") for p in config.policies):
+        _shared("backbone", config.backbone)
+    _ensure_envs(config, benchmark)
+
+
+def _ensure_envs(config: RunConfig, benchmark: str) -> list[Any]:
+    env_key = (benchmark, config.lanes)
+    if _WORKER.get("env_key") != env_key:
+        for env in _WORKER.pop("envs", []):
+            env.close()
+        _WORKER["envs"] = [make_env(benchmark, config.env_options.get(benchmark, {}), config.max_steps)
+                           for _ in range(config.lanes)]
+        _WORKER["env_key"] = env_key
+    return _WORKER["envs"]
+
+
 def _eval_in_worker(job: dict[str, Any]) -> list[dict[str, Any]]:
     """Run held-out episodes (one, or one per lane in lock-step) against a frozen snapshot.
 
@@ -308,13 +329,7 @@ def _eval_in_worker(job: dict[str, Any]) -> list[dict[str, Any]]:
     _set_threads(config)
     spec = next(p for p in config.policies if p.label == job["label"])
     lanes = config.lanes
-    env_key = (job["benchmark"], lanes)
-    if _WORKER.get("env_key") != env_key:
-        for env in _WORKER.pop("envs", []):
-            env.close()
-        _WORKER["envs"] = [make_env(job["benchmark"], config.env_options.get(job["benchmark"], {}), config.max_steps)
-                           for _ in range(lanes)]
-        _WORKER["env_key"] = env_key
+    _ensure_envs(config, job["benchmark"])
     policy_key = (job["label"], job["snapshot"], job["seed"], lanes)
     if _WORKER.get("policy_key") != policy_key:
         for old in _WORKER.pop("policies", []):
@@ -636,7 +651,8 @@ def _evaluate(config: RunConfig, benchmark: str, spec: PolicySpec, seed: int, en
     import multiprocessing as mp
 
     if _POOL is None:  # one pool per run: workers keep their model, env and snapshot
-        _POOL = ProcessPoolExecutor(max_workers=config.workers, mp_context=mp.get_context("spawn"))
+        _POOL = ProcessPoolExecutor(max_workers=config.workers, mp_context=mp.get_context("spawn"),
+                                    initializer=_init_worker, initargs=(data, benchmark))
     for (indices, _), results in zip(jobs, _POOL.map(_eval_in_worker, [j for _, j in jobs]), strict=True):
         yield from zip(indices, results, strict=True)
 

@@ -1,47 +1,111 @@
-"""Held-out episodes per minute with 1 and 2 local workers, side by side in one run.
+"""Held-out episodes per minute: 1, 2 and 4 workers, local and Ray; batched acting.
 
-Runs the protocol's frozen held-out evaluation (one iteration, no training, the
-no-memory agent) on the same tasks with ``workers=1`` and ``workers=2`` and prints
-episodes per minute, the speed-up, and whether the per-episode results are identical.
-Worker start-up (spawned processes loading the model) is included in the timing.
+The protocol's frozen held-out evaluation (no-memory agent, ``choose`` mode) on the same
+TextWorld held-out tasks, timed through the protocol's own executor code:
 
-    python benchmarks/throughput.py [--backbone default|tiny] [--tasks 8] [--max-steps 10]
+* **workers**: 1, 2 and 4 workers with the local executor (a spawned process pool; one
+  worker runs in this process) and with Ray (actors on a Ray instance started here,
+  loopback only). Workers are warmed first (processes started, model and env loaded,
+  one task each), as a long run amortises that; the warm-up time is printed too.
+* **lanes**: one worker playing 4 episodes in lock-step with their scoring batched into
+  one forward pass, against the same worker playing them one after another (KV cache
+  reused within each episode).
+
+Every configuration must produce the same episodes; the script says whether it did.
+
+    python benchmarks/throughput.py [--backbones tiny default] [--tasks 20] [--max-steps 30]
 """
 
 from __future__ import annotations
 
 import argparse
-import tempfile
+import json
+import os
 import time
+from typing import Any
 
-from ap_gym.protocol import RunConfig, load_episodes, run
+from ap_gym import protocol
+from ap_gym.protocol import RunConfig, build_policy, heldout_subset, make_env
+
+
+def evaluate(config: RunConfig, tasks: list[str]) -> tuple[float, float, list[Any]]:
+    """(warm-up seconds, timed seconds, episodes) for one configuration."""
+    spec = config.policies[0]
+    env = make_env("textworld", {}, config.max_steps)
+    policy = build_policy(spec, config, None, 0).eval()  # type: ignore[arg-type]
+    t = time.perf_counter()
+    warm = [(i, tasks[i % len(tasks)]) for i in range(config.workers * config.lanes)]
+    list(protocol._evaluate(config, "textworld", spec, 0, env, policy, "", warm))
+    warmup = time.perf_counter() - t
+    t = time.perf_counter()
+    results = dict(protocol._evaluate(config, "textworld", spec, 0, env, policy, "", list(enumerate(tasks))))
+    seconds = time.perf_counter() - t
+    env.close()
+    episodes = [(r["episode"]["task_id"], [s["action"] for s in r["episode"]["steps"]], r["episode"]["success"])
+                for _, r in sorted(results.items())]
+    return warmup, seconds, episodes
+
+
+def shutdown() -> None:
+    if protocol._POOL is not None:
+        protocol._POOL.shutdown()
+        protocol._POOL = None
+    protocol._close_worker()
+    protocol._ray_shutdown_actors()
+    protocol._WORKER.pop("threads", None)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backbone", default="default")
-    parser.add_argument("--benchmark", default="textworld")
-    parser.add_argument("--tasks", type=int, default=8)
-    parser.add_argument("--max-steps", type=int, default=10)
+    parser.add_argument("--backbones", nargs="+", default=["tiny", "default"])
+    parser.add_argument("--tasks", type=int, default=20)
+    parser.add_argument("--max-steps", type=int, default=30)
+    parser.add_argument("--default-tasks", type=int, default=8, help="tasks for the default (slow) backbone")
+    parser.add_argument("--default-max-steps", type=int, default=10)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
-    results = {}
-    for workers in (1, 2):
-        with tempfile.TemporaryDirectory() as out:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    t = time.perf_counter()
+    protocol._ray_init(RunConfig())
+    print(f"Ray local instance started in {time.perf_counter() - t:.1f} s (not counted below)\n")
+    figures: list[dict[str, Any]] = []
+    for backbone in args.backbones:
+        n_tasks = args.tasks if backbone == "tiny" else args.default_tasks
+        max_steps = args.max_steps if backbone == "tiny" else args.default_max_steps
+        probe = make_env("textworld", {}, max_steps)
+        tasks = heldout_subset(probe.unwrapped.task_ids("test"), n_tasks)
+        probe.close()
+        print(f"backbone {backbone}: {len(tasks)} TextWorld held-out tasks, at most {max_steps} steps")
+        reference = None
+        rows = [(ex, w, 1) for ex in ("local", "ray") for w in args.workers] + [("local", 1, 4)]
+        for executor, workers, lanes in rows:
             config = RunConfig.from_dict({
-                "name": f"w{workers}", "benchmarks": [args.benchmark], "backbone": args.backbone,
-                "policies": ["no_memory"], "iterations": 1, "train_per_iter": 0, "heldout": args.tasks,
-                "max_steps": args.max_steps, "workers": workers, "out": out,
+                "backbone": backbone, "policies": [{"name": "no_memory"}], "heldout": n_tasks,
+                "max_steps": max_steps, "workers": workers, "executor": executor, "lanes": lanes,
             })
-            t = time.perf_counter()
-            run_dir = run(config, progress=False)
-            seconds = time.perf_counter() - t
-            episodes = [(x["task_id"], [s["action"] for s in x["steps"]], x["success"])
-                        for x in load_episodes(run_dir) if x["phase"] == "eval"]
-        results[workers] = (seconds, episodes)
-        print(f"workers={workers}: {len(episodes)} held-out episodes in {seconds:.1f} s = "
-              f"{60 * len(episodes) / seconds:.1f} episodes/min")
-    print(f"speed-up 2 vs 1 workers: {results[1][0] / results[2][0]:.2f}x; "
-          f"identical episodes: {results[1][1] == results[2][1]}")
+            warmup, seconds, episodes = evaluate(config, tasks)
+            shutdown()
+            reference = reference or episodes
+            rate = 60 * len(episodes) / seconds
+            same = episodes == reference
+            figures.append({"backbone": backbone, "executor": executor, "workers": workers, "lanes": lanes,
+                            "episodes": len(episodes), "seconds": seconds, "warmup_s": warmup,
+                            "episodes_per_min": rate, "same_episodes": same})
+            label = f"{executor:5} workers={workers} lanes={lanes}"
+            print(f"  {label}: {rate:7.1f} episodes/min ({seconds:6.1f} s; warm-up {warmup:5.1f} s) "
+                  f"same episodes: {same}", flush=True)
+        base = {(f["executor"], f["workers"], f["lanes"]): f["episodes_per_min"] for f in figures
+                if f["backbone"] == backbone}
+        for w in args.workers[1:]:
+            print(f"  local {w} vs 1 worker: {base[('local', w, 1)] / base[('local', 1, 1)]:.2f}x; "
+                  f"ray {w} vs 1: {base[('ray', w, 1)] / base[('ray', 1, 1)]:.2f}x")
+        for w in args.workers:
+            print(f"  ray / local at {w} workers: {base[('ray', w, 1)] / base[('local', w, 1)]:.2f}")
+        print(f"  batched (4 lanes) / unbatched, 1 worker: {base[('local', 1, 4)] / base[('local', 1, 1)]:.2f}x\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
 
 
 if __name__ == "__main__":

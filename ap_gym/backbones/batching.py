@@ -11,7 +11,14 @@ backbone to them.
 
 Batched scoring recomputes each whole prompt (no KV cache across steps) and pads rows,
 so scores can differ from unbatched ones in the last bits; ``benchmarks/throughput.py``
-reports whether the chosen actions stayed the same.
+reports whether the chosen actions stayed the same. Recomputing the prompt makes a
+step's attention cost grow with the square of the prompt instead of linearly: on a
+2-core CPU, where a padded batch costs as much as its rows run one by one, lanes are
+*slower* than one episode at a time with its KV cache (0.4x measured with the tiny
+model; see ``benchmarks/RESULTS.md``). Lanes pay where a batch costs about one row (an
+accelerator) or with a served backbone, whose server batches the concurrent requests
+itself (vLLM, SGLang). Keeping each lane's KV cache and batching only the new tokens
+is the missing piece.
 
 Why threads rather than Gymnasium's vector API: a vector env resets its sub-envs itself
 (autoreset) and has one ``step`` for all, but here every lane plays its own task ids,

@@ -451,30 +451,41 @@ class TransformersBackbone:
 
         pad = self.tokenizer.pad_token_id or 0
         width = max(len(rows[i][0]) + sum(len(c) - 1 for c in rows[i][1]) for i in group)
+        # per row: token ids, position ids, and a segment id per position (-1 prompt,
+        # k for candidate k, a unique negative id for padding so it sees itself only)
         tokens = torch.full((len(group), width), pad, dtype=torch.long)
         positions = torch.zeros((len(group), width), dtype=torch.long)
-        allowed = torch.zeros((len(group), width, width), dtype=torch.bool)
+        segments = -2 - torch.arange(width).repeat(len(group), 1)
+        prompt_len = torch.zeros(len(group), dtype=torch.long)
         spans: list[list[tuple[int, int]]] = []
         for b, i in enumerate(group):
             ids, cands = rows[i]
             p = len(ids)
-            tokens[b, :p] = torch.tensor(ids)
+            prompt_len[b] = p
+            feed = [t for c in cands for t in c[:-1]]
+            lengths = [len(c) - 1 for c in cands]
+            tokens[b, :p + len(feed)] = torch.tensor(ids + feed)
             positions[b, :p] = torch.arange(p)
-            allowed[b, :p, :p] = torch.tril(torch.ones(p, p, dtype=torch.bool))
+            segments[b, :p] = -1
+            if feed:
+                lens = torch.tensor(lengths)
+                starts = torch.cumsum(lens, 0) - lens
+                seg = torch.repeat_interleave(torch.arange(len(cands)), lens)
+                positions[b, p:p + len(feed)] = p + torch.arange(len(feed)) - starts[seg]
+                segments[b, p:p + len(feed)] = seg
             off, row_spans = p, []
-            for c in cands:
-                feed = c[:-1]
-                n = len(feed)
-                if n:
-                    tokens[b, off:off + n] = torch.tensor(feed)
-                    positions[b, off:off + n] = torch.arange(p, p + n)
-                    allowed[b, off:off + n, :p] = True
-                    allowed[b, off:off + n, off:off + n] = torch.tril(torch.ones(n, n, dtype=torch.bool))
+            for n in lengths:
                 row_spans.append((off, n))
                 off += n
-            for j in range(off, width):  # padding attends to itself only (no empty rows)
-                allowed[b, j, j] = True
             spans.append(row_spans)
+        idx = torch.arange(width)
+        causal = idx[None, :] <= idx[:, None]  # [query, key]
+        is_prompt_key = idx[None, None, :] < prompt_len[:, None, None]
+        is_prompt_query = idx[None, :, None] < prompt_len[:, None, None]
+        same = segments[:, :, None] == segments[:, None, :]
+        # a prompt token sees earlier prompt tokens; a candidate token sees the whole
+        # prompt and the earlier tokens of its own candidate
+        allowed = (is_prompt_key & (causal | ~is_prompt_query)) | (same & causal)
         dtype = self.model.dtype
         mask = torch.zeros(allowed.shape, dtype=dtype)
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
