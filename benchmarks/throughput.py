@@ -63,12 +63,14 @@ def main() -> None:
     parser.add_argument("--default-tasks", type=int, default=8, help="tasks for the default (slow) backbone")
     parser.add_argument("--default-max-steps", type=int, default=10)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--lanes-only", action="store_true", help="only batched against unbatched")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    t = time.perf_counter()
-    protocol._ray_init(RunConfig())
-    print(f"Ray local instance started in {time.perf_counter() - t:.1f} s (not counted below)\n")
+    if not args.lanes_only:
+        t = time.perf_counter()
+        protocol._ray_init(RunConfig())
+        print(f"Ray local instance started in {time.perf_counter() - t:.1f} s (not counted below)\n")
     figures: list[dict[str, Any]] = []
     for backbone in args.backbones:
         n_tasks = args.tasks if backbone == "tiny" else args.default_tasks
@@ -79,6 +81,8 @@ def main() -> None:
         print(f"backbone {backbone}: {len(tasks)} TextWorld held-out tasks, at most {max_steps} steps")
         reference = None
         rows = [(ex, w, 1) for ex in ("local", "ray") for w in args.workers] + [("local", 1, 4)]
+        if args.lanes_only:
+            rows = [("local", 1, 1), ("local", 1, 4)]
         for executor, workers, lanes in rows:
             config = RunConfig.from_dict({
                 "backbone": backbone, "policies": [{"name": "no_memory"}], "heldout": n_tasks,
@@ -97,10 +101,10 @@ def main() -> None:
                   f"same episodes: {same}", flush=True)
         base = {(f["executor"], f["workers"], f["lanes"]): f["episodes_per_min"] for f in figures
                 if f["backbone"] == backbone}
-        for w in args.workers[1:]:
+        for w in args.workers[1:] if not args.lanes_only else []:
             print(f"  local {w} vs 1 worker: {base[('local', w, 1)] / base[('local', 1, 1)]:.2f}x; "
                   f"ray {w} vs 1: {base[('ray', w, 1)] / base[('ray', 1, 1)]:.2f}x")
-        for w in args.workers:
+        for w in args.workers if not args.lanes_only else []:
             print(f"  ray / local at {w} workers: {base[('ray', w, 1)] / base[('local', w, 1)]:.2f}")
         print(f"  batched (4 lanes) / unbatched, 1 worker: {base[('local', 1, 4)] / base[('local', 1, 1)]:.2f}x\n")
     if args.json:

@@ -9,16 +9,14 @@ all waiting calls together: ``score`` calls through the backbone's ``score_batch
 decoding options through ``generate_batch``. Policies need no change: a lane is just a
 backbone to them.
 
-Batched scoring recomputes each whole prompt (no KV cache across steps) and pads rows,
-so scores can differ from unbatched ones in the last bits; ``benchmarks/throughput.py``
-reports whether the chosen actions stayed the same. Recomputing the prompt makes a
-step's attention cost grow with the square of the prompt instead of linearly: on a
-2-core CPU, where a padded batch costs as much as its rows run one by one, lanes are
-*slower* than one episode at a time with its KV cache (0.4x measured with the tiny
-model; see ``benchmarks/RESULTS.md``). Lanes pay where a batch costs about one row (an
-accelerator) or with a served backbone, whose server batches the concurrent requests
-itself (vLLM, SGLang). Keeping each lane's KV cache and batching only the new tokens
-is the missing piece.
+Each lane keeps its own KV cache inside the backbone, so a step prefills only that
+lane's new tokens (one row at a time), and then the candidates of all lanes are scored
+in one forward pass over the lanes' caches stacked into a padded batch. Scores can
+differ from unbatched ones in the last bits (padding changes the order of float sums);
+``benchmarks/throughput.py`` reports whether the chosen actions stayed the same. On a
+CPU a batch costs about as much as its rows one by one, so the gain there is the saved
+per-call overhead; an accelerator, where a batch costs about one row, gains more. With a
+served backbone the lanes are concurrent requests, batched by the server (vLLM, SGLang).
 
 Why threads rather than Gymnasium's vector API: a vector env resets its sub-envs itself
 (autoreset) and has one ``step`` for all, but here every lane plays its own task ids,
@@ -116,8 +114,9 @@ class BatchingBackbone:
             if c.kind == "generate":
                 generates.setdefault(c.args[1], []).append(c)
         groups: list[tuple[list[_Call], Any]] = []
-        if scores:
-            groups.append((scores, lambda cs: self.inner.score_batch([c.args for c in cs])))
+        if scores:  # each lane keeps its own KV cache inside the backbone
+            groups.append((scores, lambda cs: self.inner.score_batch([c.args for c in cs], keys=[
+                (id(self), c.lane) for c in cs])))
         for config, calls in generates.items():
             groups.append((calls, lambda cs, config=config: self.inner.generate_batch([c.args[0] for c in cs], config)))
         for calls, fn in groups:
@@ -160,7 +159,10 @@ class LaneBackbone:
         return [self.generate(m, config) for m in batch]
 
     def reset_cache(self) -> None:
-        """Nothing to reset: batched calls keep no KV cache across steps."""
+        """A new episode on this lane: drop its KV cache, as an unbatched episode would."""
+        reset = getattr(self.batcher.inner, "reset_cache", None)
+        if reset is not None:
+            reset((id(self.batcher), self.index))
 
     def describe(self) -> dict[str, Any]:
         return {**self.batcher.describe(), "batched_lanes": True}

@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,8 @@ class TransformersBackbone:
         self._lock = threading.RLock()
         self._cache: Any = None
         self._cache_ids: list[int] = []
+        #: per-lane KV caches for :meth:`score_batch` with ``keys`` (lanes in lock-step).
+        self._lane_caches: dict[Any, tuple[Any, list[int]]] = {}
         #: prefill accounting: tokens computed versus tokens reused from the KV cache.
         self.stats = {"prefill_tokens": 0, "reused_tokens": 0, "decode_tokens": 0}
         #: (prompt tokens, candidate tokens) of the last ``score`` call, for accounting.
@@ -235,10 +238,14 @@ class TransformersBackbone:
         self.stats["reused_tokens"] += common
         return out.logits[0, -1]
 
-    def reset_cache(self) -> None:
-        """Forget the cached prompt (the next call prefills from scratch)."""
+    def reset_cache(self, key: Any = None) -> None:
+        """Forget the cached prompt (the next call prefills from scratch); with ``key``,
+        that lane's cache (see :meth:`score_batch`)."""
         with self._lock:
-            self._cache, self._cache_ids = None, []
+            if key is None:
+                self._cache, self._cache_ids = None, []
+            else:
+                self._lane_caches.pop(key, None)
 
     # ------------------------------------------------------------- generate
     def generate(self, messages: Sequence[Message], config: GenerationConfig = GenerationConfig()) -> Completion:
@@ -400,10 +407,16 @@ class TransformersBackbone:
 
     def score_batch(
         self, requests: Sequence[tuple[Sequence[Message], Sequence[str], Reduction]],
-        *, max_elements: int = 1 << 23,
+        *, keys: Sequence[Any] | None = None, max_elements: int = 1 << 23,
     ) -> list[tuple[list[float], int, int]]:
         """Score several prompts' candidates in as few forward passes as memory allows.
 
+        With ``keys`` (one per request, e.g. a lane index), each key keeps its own KV
+        cache across calls, as :meth:`score` does for one episode: each prompt's new
+        tokens are prefilled into its key's cache, then the candidates of every request
+        run in one forward pass over the caches stacked (left-padded) into a batch.
+
+        Without ``keys``:
         Each request becomes one row, ``[prompt | cand 1 | cand 2 | ...]``, with a 4D mask
         in which each candidate sees its own prompt and its own earlier tokens; rows are
         right-padded and stacked. Rows are grouped so that rows x width^2 stays under
@@ -417,6 +430,8 @@ class TransformersBackbone:
         """
         import torch
 
+        if keys is not None and self.reuse_cache:
+            return self._score_batch_cached(requests, keys)
         rows = []
         for messages, candidates, _ in requests:
             cand_ids = [self.tokenizer(c, add_special_tokens=False)["input_ids"] or [self.tokenizer.unk_token_id or 0]
@@ -443,6 +458,142 @@ class TransformersBackbone:
             if group:
                 self._score_rows(group, rows, requests, results)
         return [r for r in results if r is not None]
+
+    def _score_batch_cached(self, requests: Sequence[tuple[Sequence[Message], Sequence[str], Reduction]],
+                            keys: Sequence[Any], max_tokens_per_pass: int = 4096) -> list[tuple[list[float], int, int]]:
+        import torch
+        from transformers import DynamicCache
+
+        results: list[tuple[list[float], int, int] | None] = [None] * len(requests)
+        rows: list[_CachedRow] = []
+        with self._lock, torch.inference_mode():
+            for i, ((messages, candidates, _), key) in enumerate(zip(requests, keys, strict=True)):
+                if not candidates:
+                    results[i] = ([], 0, 0)
+                    continue
+                cand_ids = [self.tokenizer(c, add_special_tokens=False)["input_ids"]
+                            or [self.tokenizer.unk_token_id or 0] for c in candidates]
+                ids, _ = self._encode_prompt(messages, max(len(c) for c in cand_ids) + 1)
+                cache, cache_ids = self._lane_caches.get(key, (None, []))
+                common = 0
+                if cache is not None:
+                    limit = min(len(cache_ids), len(ids) - 1)
+                    while common < limit and cache_ids[common] == ids[common]:
+                        common += 1
+                if common == 0:
+                    cache = DynamicCache(config=self.model.config)
+                else:
+                    _crop(cache, common)
+                self._lane_caches[key] = (cache, ids[:common])  # extended once the pass succeeds
+                rows.append(_CachedRow(i, key, cache, ids, common, cand_ids))
+                self.stats["prefill_tokens"] += len(ids) - common
+                self.stats["reused_tokens"] += common
+            group: list[_CachedRow] = []
+            for row in sorted(rows, key=lambda r: r.width):
+                if group and (len(group) + 1) * row.width > max_tokens_per_pass:
+                    self._score_cached_group(group, requests, results)
+                    group = []
+                group.append(row)
+            if group:
+                self._score_cached_group(group, requests, results)
+        return [r for r in results if r is not None]
+
+    def _score_cached_group(self, group: list[_CachedRow],
+                            requests: Sequence[tuple[Sequence[Message], Sequence[str], Reduction]],
+                            results: list[tuple[list[float], int, int] | None]) -> None:
+        """One forward pass for several lanes: each row is [its new prompt tokens | its
+        candidates], attending to its own KV cache (the caches stacked, left-padded)."""
+        import torch
+        import torch.nn.functional as F
+        from transformers import DynamicCache
+
+        batch, width = len(group), max(r.width for r in group)
+        longest = max(r.common for r in group)
+        pad = self.tokenizer.pad_token_id or 0
+        tokens = torch.full((batch, width), pad, dtype=torch.long)
+        targets = torch.zeros((batch, width), dtype=torch.long)
+        positions = torch.zeros((batch, width), dtype=torch.long)
+        # segment per row position: -1 new prompt token, k candidate k, unique for padding
+        segments = -2 - torch.arange(width).repeat(batch, 1)
+        new_len = torch.tensor([len(r.ids) - r.common for r in group])
+        for b, r in enumerate(group):
+            new = r.ids[r.common:]
+            n = len(new)
+            feed = [t for c in r.cand_ids for t in c[:-1]]
+            tokens[b, :n + len(feed)] = torch.tensor(new + feed)
+            positions[b, :n] = r.common + torch.arange(n)
+            positions[b, n:] = len(r.ids)
+            segments[b, :n] = -1
+            if feed:
+                lens = torch.tensor([len(c) - 1 for c in r.cand_ids])
+                starts = torch.cumsum(lens, 0) - lens
+                seg = torch.repeat_interleave(torch.arange(len(r.cand_ids)), lens)
+                targets[b, n:n + len(feed)] = torch.tensor([t for c in r.cand_ids for t in c[1:]])
+                positions[b, n:n + len(feed)] = len(r.ids) + torch.arange(len(feed)) - starts[seg]
+                segments[b, n:n + len(feed)] = seg
+        stacked = DynamicCache(config=self.model.config)
+        if longest:
+            for layer in range(self.model.config.num_hidden_layers):
+                ks, vs = [], []
+                for r in group:
+                    if r.common:
+                        k, v = r.cache.layers[layer].keys, r.cache.layers[layer].values
+                    else:
+                        k, v = self._empty_kv(layer, r, group)
+                    ks.append(F.pad(k, (0, 0, longest - r.common, 0)))
+                    vs.append(F.pad(v, (0, 0, longest - r.common, 0)))
+                stacked.update(torch.cat(ks), torch.cat(vs), layer)
+        q = torch.arange(width)
+        starts_at = torch.tensor([longest - r.common for r in group])
+        past = (torch.arange(longest)[None, None, :] >= starts_at[:, None, None]).expand(batch, width, longest)
+        key_is_new = q[None, None, :] < new_len[:, None, None]
+        query_is_new = q[None, :, None] < new_len[:, None, None]
+        causal = q[None, None, :] <= q[None, :, None]
+        same = segments[:, :, None] == segments[:, None, :]
+        # new prompt tokens: causal among themselves; a candidate token: every new prompt
+        # token and the earlier tokens of its own candidate
+        own = (key_is_new & (causal | ~query_is_new)) | (same & causal)
+        allowed = torch.cat([past, own], dim=2)
+        dtype = self.model.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        try:
+            out = self.model(input_ids=tokens.to(self.device), attention_mask=mask[:, None].to(self.device),
+                             position_ids=positions.to(self.device), cache=stacked if longest else
+                             DynamicCache(config=self.model.config), use_cache=True)
+        except Exception as e:
+            for r in group:
+                self._lane_caches.pop(r.key, None)
+            raise BackboneError(f"forward pass failed: {e}") from e
+        cache_out = out.past_key_values
+        for b, r in enumerate(group):  # each lane's cache grows by its new prompt tokens
+            n = len(r.ids) - r.common
+            for layer in range(self.model.config.num_hidden_layers):
+                k = cache_out.layers[layer].keys[b:b + 1, :, longest:longest + n]
+                v = cache_out.layers[layer].values[b:b + 1, :, longest:longest + n]
+                r.cache.update(k.clone(), v.clone(), layer)
+            self._lane_caches[r.key] = (r.cache, list(r.ids))
+        logits = out.logits.float()
+        tok_logp = (logits.gather(-1, targets.to(self.device)[..., None])[..., 0] - torch.logsumexp(logits, -1)).cpu()
+        for b, r in enumerate(group):
+            n = len(r.ids) - r.common
+            first = torch.log_softmax(logits[b, n - 1], -1).cpu()
+            scores, off = [], n
+            for c in r.cand_ids:
+                m = len(c) - 1
+                total = float(first[c[0]])
+                if m:
+                    total += float(tok_logp[b, off:off + m].sum())
+                off += m
+                scores.append(total / len(c) if requests[r.index][2] == "mean" else total)
+            results[r.index] = (scores, len(r.ids), sum(len(c) for c in r.cand_ids))
+
+    def _empty_kv(self, layer: int, row: _CachedRow, group: list[_CachedRow]) -> tuple[Any, Any]:
+        """A zero-length key/value pair shaped like the other lanes' (for a lane with no cache yet)."""
+        other = next(r for r in group if r.common)
+        k = other.cache.layers[layer].keys
+        empty = k.new_zeros((1, k.shape[1], 0, k.shape[3]))
+        return empty, empty.clone()
 
     def _score_rows(self, group: list[int], rows: list[tuple[list[int], list[list[int]]]],
                     requests: Sequence[tuple[Sequence[Message], Sequence[str], Reduction]],
@@ -507,6 +658,22 @@ class TransformersBackbone:
     def describe(self) -> dict[str, Any]:
         return {"kind": "transformers", "identity": self.identity, "device": self.device,
                 "dtype": str(self.model.dtype), "reuse_cache": self.reuse_cache}
+
+
+@dataclass
+class _CachedRow:
+    """One lane's request inside a cached ``score_batch``."""
+
+    index: int
+    key: Any
+    cache: Any
+    ids: list[int]
+    common: int
+    cand_ids: list[list[int]]
+
+    @property
+    def width(self) -> int:
+        return len(self.ids) - self.common + sum(len(c) - 1 for c in self.cand_ids)
 
 
 def _crop(cache: Any, keep: int) -> None:
