@@ -559,13 +559,12 @@ class TransformersBackbone:
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         try:
             out = self.model(input_ids=tokens.to(self.device), attention_mask=mask[:, None].to(self.device),
-                             position_ids=positions.to(self.device), cache=stacked if longest else
-                             DynamicCache(config=self.model.config), use_cache=True)
+                             position_ids=positions.to(self.device), cache=stacked, use_cache=True)
         except Exception as e:
             for r in group:
                 self._lane_caches.pop(r.key, None)
             raise BackboneError(f"forward pass failed: {e}") from e
-        cache_out = out.past_key_values
+        cache_out = stacked  # the pass appended every row's new tokens and candidates to it
         for b, r in enumerate(group):  # each lane's cache grows by its new prompt tokens
             n = len(r.ids) - r.common
             for layer in range(self.model.config.num_hidden_layers):
