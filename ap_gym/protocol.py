@@ -20,6 +20,14 @@ Infrastructure failures are retried ``retries`` times, then recorded as such.
 
 Stateless policies (no memory, random) skip training episodes by default: nothing they
 do in training can change a later episode.
+
+Executors: ``local`` runs held-out episodes in this process (``workers=1``) or in a
+spawned process pool whose workers load the model and envs once, in parallel. ``ray``
+sends them to ``workers`` Ray actors (the snapshot goes once through the object store,
+a dead actor is replaced and its episodes retried) and runs the independent settings
+of a grid as Ray tasks. ``lanes`` episodes per worker run in lock-step with their model
+calls batched (:mod:`ap_gym.backbones.batching`). The driver writes every result, so the
+files, the summary and resume do not depend on the executor.
 """
 
 from __future__ import annotations
