@@ -13,7 +13,7 @@ TextWorld held-out tasks, timed through the protocol's own executor code:
 
 Every configuration must produce the same episodes; the script says whether it did.
 
-    python benchmarks/throughput.py [--backbones tiny default] [--tasks 20] [--max-steps 30]
+    python benchmarks/throughput.py [--backbones tiny default] [--tasks 20] [--max-steps 30] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from ap_gym import protocol
 from ap_gym.protocol import RunConfig, build_policy, heldout_subset, make_env
 
 
-def evaluate(config: RunConfig, tasks: list[str]) -> tuple[float, float, list[Any]]:
-    """(warm-up seconds, timed seconds, episodes) for one configuration."""
+def evaluate(config: RunConfig, tasks: list[str], repeat: int = 1) -> tuple[float, float, list[Any]]:
+    """(warm-up seconds, median timed seconds over ``repeat`` passes, episodes) for one configuration."""
     spec = config.policies[0]
     env = make_env("textworld", {}, config.max_steps)
     policy = build_policy(spec, config, None, 0).eval()  # type: ignore[arg-type]
@@ -37,9 +37,12 @@ def evaluate(config: RunConfig, tasks: list[str]) -> tuple[float, float, list[An
     warm = [(i, tasks[i % len(tasks)]) for i in range(config.workers * config.lanes)]
     list(protocol._evaluate(config, "textworld", spec, 0, env, policy, "", warm))
     warmup = time.perf_counter() - t
-    t = time.perf_counter()
-    results = dict(protocol._evaluate(config, "textworld", spec, 0, env, policy, "", list(enumerate(tasks))))
-    seconds = time.perf_counter() - t
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        results = dict(protocol._evaluate(config, "textworld", spec, 0, env, policy, "", list(enumerate(tasks))))
+        times.append(time.perf_counter() - t)
+    seconds = sorted(times)[len(times) // 2]
     env.close()
     episodes = [(r["episode"]["task_id"], [s["action"] for s in r["episode"]["steps"]], r["episode"]["success"])
                 for _, r in sorted(results.items())]
@@ -63,6 +66,7 @@ def main() -> None:
     parser.add_argument("--default-tasks", type=int, default=8, help="tasks for the default (slow) backbone")
     parser.add_argument("--default-max-steps", type=int, default=10)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--repeat", type=int, default=1, help="timed passes per configuration; the median counts")
     parser.add_argument("--lanes-only", action="store_true", help="only batched against unbatched")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
@@ -88,7 +92,7 @@ def main() -> None:
                 "backbone": backbone, "policies": [{"name": "no_memory"}], "heldout": n_tasks,
                 "max_steps": max_steps, "workers": workers, "executor": executor, "lanes": lanes,
             })
-            warmup, seconds, episodes = evaluate(config, tasks)
+            warmup, seconds, episodes = evaluate(config, tasks, args.repeat)
             shutdown()
             reference = reference or episodes
             rate = 60 * len(episodes) / seconds

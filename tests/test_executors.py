@@ -6,15 +6,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ap_gym.protocol import RunConfig, load_episodes, run
 
-from .test_protocol import _kill_when, config, eval_results
+from .test_protocol import config, eval_results, kill_resume_and_compare
 
 ray = pytest.importorskip("ray")
 
@@ -108,18 +106,5 @@ def test_unknown_executor_is_refused(tmp_path):
 @pytest.mark.slow
 def test_a_killed_ray_run_resumes_like_a_local_one(tmp_path, ray_cluster):
     data = _ap_config(tmp_path / "killed", executor="ray", ray_address=ray_cluster, workers=2)
-    cfg_file = tmp_path / "cfg.yaml"
-    cfg_file.write_text(yaml.safe_dump(data))
-    cmd = [sys.executable, "-m", "ap_gym.cli", "run", str(cfg_file)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    log = tmp_path / "killed/t/textworld/anti_persistence/seed0/episodes.jsonl"
-    _kill_when(log, proc, lambda ls: sum(x["phase"] == "eval" and x["iteration"] == 1 for x in ls) == 1)
-    time.sleep(1)
-    assert not (tmp_path / "killed/t/summary.json").exists()
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    resumed = json.loads((tmp_path / "killed/t/summary.json").read_text())
-    clean = run(RunConfig.from_dict({**data, "executor": "local", "workers": 1, "out": str(tmp_path / "clean")}),
-                progress=False)
-    assert resumed == json.loads((clean / "summary.json").read_text())
-    assert eval_results(tmp_path / "killed/t") == eval_results(clean)
+    kill_resume_and_compare(tmp_path, data, lambda ls: sum(x["phase"] == "eval" and x["iteration"] == 1 for x in ls) == 1,
+                            clean_overrides={"executor": "local", "workers": 1})

@@ -94,23 +94,29 @@ def _kill_when(path: Path, proc: subprocess.Popen, predicate, timeout: float = 2
     raise AssertionError("timed out waiting for the kill point")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("phase", ["eval", "train"])
-def test_a_killed_run_resumes_to_the_same_summary(tmp_path, phase):
-    data = config(tmp_path / "killed", policies=config(tmp_path)["policies"][1:2], iterations=2)
+def kill_resume_and_compare(tmp_path: Path, data: dict, kill_at, clean_overrides: dict | None = None) -> None:
+    """Run ``data`` (out: tmp_path/killed) with the CLI, SIGKILL it when ``kill_at(lines)``,
+    run it again, and check it ends as a clean in-process run does."""
     cfg_file = tmp_path / "cfg.yaml"
     cfg_file.write_text(yaml.safe_dump(data))
     cmd = [sys.executable, "-m", "ap_gym.cli", "run", str(cfg_file)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    log = tmp_path / "killed/t/textworld/anti_persistence/seed0/episodes.jsonl"
-    if phase == "eval":  # in the middle of iteration 1's held-out evaluation
-        _kill_when(log, proc, lambda ls: sum(x["phase"] == "eval" and x["iteration"] == 1 for x in ls) == 1)
-    else:  # in the middle of iteration 1's training
-        _kill_when(log, proc, lambda ls: sum(x["phase"] == "train" and x["iteration"] == 1 for x in ls) == 2)
+    _kill_when(tmp_path / "killed/t/textworld/anti_persistence/seed0/episodes.jsonl", proc, kill_at)
     assert not (tmp_path / "killed/t/summary.json").exists()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     resumed = json.loads((tmp_path / "killed/t/summary.json").read_text())
-    clean = run(RunConfig.from_dict({**data, "out": str(tmp_path / "clean")}), progress=False)
+    clean = run(RunConfig.from_dict({**data, **(clean_overrides or {}), "out": str(tmp_path / "clean")}),
+                progress=False)
     assert resumed == json.loads((clean / "summary.json").read_text())
     assert eval_results(tmp_path / "killed/t") == eval_results(clean)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["eval", "train"])
+def test_a_killed_run_resumes_to_the_same_summary(tmp_path, phase):
+    data = config(tmp_path / "killed", policies=config(tmp_path)["policies"][1:2], iterations=2)
+    if phase == "eval":  # in the middle of iteration 1's held-out evaluation
+        kill_resume_and_compare(tmp_path, data, lambda ls: sum(x["phase"] == "eval" and x["iteration"] == 1 for x in ls) == 1)
+    else:  # in the middle of iteration 1's training
+        kill_resume_and_compare(tmp_path, data, lambda ls: sum(x["phase"] == "train" and x["iteration"] == 1 for x in ls) == 2)
