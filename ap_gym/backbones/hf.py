@@ -409,65 +409,41 @@ class TransformersBackbone:
         self, requests: Sequence[tuple[Sequence[Message], Sequence[str], Reduction]],
         *, keys: Sequence[Any] | None = None, max_elements: int = 1 << 23,
     ) -> list[tuple[list[float], int, int]]:
-        """Score several prompts' candidates in as few forward passes as memory allows.
+        """Score several prompts' candidates in one forward pass (several episodes in lock-step).
 
-        With ``keys`` (one per request, e.g. a lane index), each key keeps its own KV
-        cache across calls, as :meth:`score` does for one episode: each prompt's new
-        tokens are prefilled into its key's cache, then the candidates of every request
-        run in one forward pass over the caches stacked (left-padded) into a batch.
-
-        Without ``keys``:
-        Each request becomes one row, ``[prompt | cand 1 | cand 2 | ...]``, with a 4D mask
-        in which each candidate sees its own prompt and its own earlier tokens; rows are
-        right-padded and stacked. Rows are grouped so that rows x width^2 stays under
-        ``max_elements``; a row too wide for that is scored alone by :meth:`score` (with
-        its KV cache). No KV cache is reused across calls, so this pays for whole prompts:
-        it is for several episodes stepping in lock-step, not for one.
+        Each request becomes one row, ``[new prompt tokens | cand 1 | cand 2 | ...]``,
+        attending to its own KV cache; the caches are stacked (left-padded) into a batch
+        and a 4D mask lets each candidate see its prompt and its own earlier tokens. With
+        ``keys`` (one per request, e.g. a lane), each key keeps its cache across calls as
+        :meth:`score` does within an episode, so a step prefills only the new tokens;
+        without them (or with ``reuse_cache=False``) every prompt is computed whole. A row
+        wider than ``sqrt(max_elements)`` tokens is scored alone by :meth:`score`, whose
+        candidate passes are chunked.
 
         Returns:
             Per request: the scores (reduced as asked), its prompt tokens and its
             candidate tokens.
         """
-        import torch
-
         if keys is not None and self.reuse_cache:
-            return self._score_batch_cached(requests, keys)
-        rows = []
-        for messages, candidates, _ in requests:
-            cand_ids = [self.tokenizer(c, add_special_tokens=False)["input_ids"] or [self.tokenizer.unk_token_id or 0]
-                        for c in candidates]
-            ids = self._encode_prompt(messages, max((len(c) for c in cand_ids), default=0) + 1)[0] if candidates else []
-            rows.append((ids, cand_ids))
-        results: list[tuple[list[float], int, int] | None] = [None] * len(requests)
-        widths = [len(ids) + sum(len(c) - 1 for c in cands) for ids, cands in rows]
-        order = sorted(range(len(requests)), key=lambda i: widths[i])
-        group: list[int] = []
-        with self._lock, torch.inference_mode():
-            for i in order:
-                messages, candidates, reduction = requests[i]
-                if not candidates:
-                    results[i] = ([], 0, 0)
-                elif widths[i] ** 2 > max_elements:
-                    scores = self.score(messages, candidates, reduction)
-                    results[i] = (scores, *self.last_score_tokens)
-                else:
-                    if group and (len(group) + 1) * widths[i] ** 2 > max_elements:
-                        self._score_rows(group, rows, requests, results)
-                        group = []
-                    group.append(i)
-            if group:
-                self._score_rows(group, rows, requests, results)
-        return [r for r in results if r is not None]
+            return self._score_batch_cached(requests, keys, max_elements)
+        temporary = [object() for _ in requests]
+        try:
+            return self._score_batch_cached(requests, temporary, max_elements)
+        finally:
+            with self._lock:
+                for key in temporary:
+                    self._lane_caches.pop(key, None)
 
     def _score_batch_cached(self, requests: Sequence[tuple[Sequence[Message], Sequence[str], Reduction]],
-                            keys: Sequence[Any], max_tokens_per_pass: int = 4096) -> list[tuple[list[float], int, int]]:
+                            keys: Sequence[Any], max_elements: int,
+                            max_tokens_per_pass: int = 4096) -> list[tuple[list[float], int, int]]:
         import torch
         from transformers import DynamicCache
 
         results: list[tuple[list[float], int, int] | None] = [None] * len(requests)
         rows: list[_CachedRow] = []
         with self._lock, torch.inference_mode():
-            for i, ((messages, candidates, _), key) in enumerate(zip(requests, keys, strict=True)):
+            for i, ((messages, candidates, reduction), key) in enumerate(zip(requests, keys, strict=True)):
                 if not candidates:
                     results[i] = ([], 0, 0)
                     continue
@@ -480,6 +456,17 @@ class TransformersBackbone:
                     limit = min(len(cache_ids), len(ids) - 1)
                     while common < limit and cache_ids[common] == ids[common]:
                         common += 1
+                width = len(ids) - common + sum(len(c) - 1 for c in cand_ids)
+                if width ** 2 > max_elements:  # too wide for one padded pass: alone, with this key's cache
+                    saved = (self._cache, self._cache_ids)
+                    self._cache, self._cache_ids = cache, cache_ids
+                    try:
+                        scores = self.score(messages, candidates, reduction)
+                        self._lane_caches[key] = (self._cache, self._cache_ids)
+                    finally:
+                        self._cache, self._cache_ids = saved
+                    results[i] = (scores, *self.last_score_tokens)
+                    continue
                 if common == 0:
                     cache = DynamicCache(config=self.model.config)
                 else:
@@ -593,66 +580,6 @@ class TransformersBackbone:
         k = other.cache.layers[layer].keys
         empty = k.new_zeros((1, k.shape[1], 0, k.shape[3]))
         return empty, empty.clone()
-
-    def _score_rows(self, group: list[int], rows: list[tuple[list[int], list[list[int]]]],
-                    requests: Sequence[tuple[Sequence[Message], Sequence[str], Reduction]],
-                    results: list[tuple[list[float], int, int] | None]) -> None:
-        import torch
-
-        pad = self.tokenizer.pad_token_id or 0
-        width = max(len(rows[i][0]) + sum(len(c) - 1 for c in rows[i][1]) for i in group)
-        # per row: token ids, position ids, and a segment id per position (-1 prompt,
-        # k for candidate k, a unique negative id for padding so it sees itself only)
-        tokens = torch.full((len(group), width), pad, dtype=torch.long)
-        positions = torch.zeros((len(group), width), dtype=torch.long)
-        segments = -2 - torch.arange(width).repeat(len(group), 1)
-        prompt_len = torch.zeros(len(group), dtype=torch.long)
-        spans: list[list[tuple[int, int]]] = []
-        for b, i in enumerate(group):
-            ids, cands = rows[i]
-            p = len(ids)
-            prompt_len[b] = p
-            feed = [t for c in cands for t in c[:-1]]
-            lengths = [len(c) - 1 for c in cands]
-            tokens[b, :p + len(feed)] = torch.tensor(ids + feed)
-            positions[b, :p] = torch.arange(p)
-            segments[b, :p] = -1
-            if feed:
-                lens = torch.tensor(lengths)
-                starts = torch.cumsum(lens, 0) - lens
-                seg = torch.repeat_interleave(torch.arange(len(cands)), lens)
-                positions[b, p:p + len(feed)] = p + torch.arange(len(feed)) - starts[seg]
-                segments[b, p:p + len(feed)] = seg
-            off, row_spans = p, []
-            for n in lengths:
-                row_spans.append((off, n))
-                off += n
-            spans.append(row_spans)
-        idx = torch.arange(width)
-        causal = idx[None, :] <= idx[:, None]  # [query, key]
-        is_prompt_key = idx[None, None, :] < prompt_len[:, None, None]
-        is_prompt_query = idx[None, :, None] < prompt_len[:, None, None]
-        same = segments[:, :, None] == segments[:, None, :]
-        # a prompt token sees earlier prompt tokens; a candidate token sees the whole
-        # prompt and the earlier tokens of its own candidate
-        allowed = (is_prompt_key & (causal | ~is_prompt_query)) | (same & causal)
-        dtype = self.model.dtype
-        mask = torch.zeros(allowed.shape, dtype=dtype)
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-        out = self.model(input_ids=tokens.to(self.device), attention_mask=mask[:, None].to(self.device),
-                         position_ids=positions.to(self.device), use_cache=False)
-        logp = torch.log_softmax(out.logits.float(), -1)
-        for b, i in enumerate(group):
-            ids, cands = rows[i]
-            p = len(ids)
-            scores = []
-            for c, (off, n) in zip(cands, spans[b], strict=True):
-                total = float(logp[b, p - 1, c[0]])
-                for j in range(n):
-                    total += float(logp[b, off + j, c[j + 1]])
-                scores.append(total / len(c) if requests[i][2] == "mean" else total)
-            results[i] = (scores, p, sum(len(c) for c in cands))
-            self.stats["prefill_tokens"] += p
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "transformers", "identity": self.identity, "device": self.device,

@@ -86,3 +86,23 @@ def test_default_backbone_loads_offline_and_answers(default_backbone):
     t = time.perf_counter()
     TransformersBackbone()
     assert time.perf_counter() - t < 2.0  # the cached safetensors copy, not the GGUF
+
+
+def test_score_batch_matches_score_with_and_without_lane_caches(tiny_backbone):
+    def msgs(k: int, extra: str = "") -> list[dict[str, str]]:
+        return [{"role": "system", "content": "you are an agent"}, {"role": "user", "content": "go north " * k + extra}]
+
+    cands = [["go north", "take key", "look", "open door box"], ["look"], ["take apple", "eat apple from table"], []]
+    for step in range(3):  # growing prompts: lane caches are reused and cropped
+        reqs = [(msgs(3 + step, "look"), cands[0], "sum"), (msgs(10 + 2 * step), cands[1], "mean"),
+                (msgs(1 + step, "box"), cands[2], "sum"), (msgs(2), cands[3], "sum")]
+        single = []
+        for m, c, r in reqs:
+            tiny_backbone.reset_cache()
+            single.append(tiny_backbone.score(m, c, r))
+        for kwargs in ({"keys": ["a", "b", "c", "d"]}, {}, {"keys": ["e", "f", "g", "h"], "max_elements": 100}):
+            batch = tiny_backbone.score_batch(reqs, **kwargs)
+            assert [len(s) for s, _, _ in batch] == [len(s) for s in single]
+            for expected, (got, _, _) in zip(single, batch, strict=True):
+                assert got == pytest.approx(expected, abs=1e-4)
+    assert tiny_backbone.stats["reused_tokens"] > 0
