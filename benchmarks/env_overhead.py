@@ -57,6 +57,23 @@ def _wrapped_step(env):
     return step
 
 
+def _tw_raw_against_wrapped(env, plans: dict[str, list[str]], start_raw, rounds: int) -> dict[str, float]:
+    """Time each plan through a raw TextWorld engine (``start_raw(task_id)``) and the wrapped env."""
+    t_raw = t_wrap = 0.0
+    steps = 0
+    for _ in range(rounds):
+        for tid, plan in plans.items():
+            raw = start_raw(tid)
+            raw.reset()
+            t_raw += _time(raw.step, plan)
+            raw.close()
+            env.reset(options={"task_id": tid})
+            t_wrap += _time(_wrapped_step(env), plan)
+            steps += len(plan)
+    env.close()
+    return {"steps": steps, "raw_ms": 1000 * t_raw / steps, "wrapped_ms": 1000 * t_wrap / steps}
+
+
 def scienceworld(n_tasks: int, rounds: int) -> dict[str, float]:
     from scienceworld import ScienceWorldEnv as Raw
 
@@ -103,19 +120,7 @@ def textworld(n_tasks: int, rounds: int) -> dict[str, float]:
     for tid in tasks:
         plans[tid] = _until_done(env, tid)
     infos = tw.EnvInfos(objective=True, score=True, max_score=True, won=True, lost=True, extras=["walkthrough"])
-    t_raw = t_wrap = 0.0
-    steps = 0
-    for _ in range(rounds):
-        for tid, plan in plans.items():
-            raw = tw.start(str(env.unwrapped.game_path(tid)), infos)
-            raw.reset()
-            t_raw += _time(raw.step, plan)
-            raw.close()
-            env.reset(options={"task_id": tid})
-            t_wrap += _time(_wrapped_step(env), plan)
-            steps += len(plan)
-    env.close()
-    return {"steps": steps, "raw_ms": 1000 * t_raw / steps, "wrapped_ms": 1000 * t_wrap / steps}
+    return _tw_raw_against_wrapped(env, plans, lambda tid: tw.start(str(env.unwrapped.game_path(tid)), infos), rounds)
 
 
 def alfworld(n_tasks: int, rounds: int) -> dict[str, float]:
@@ -144,20 +149,9 @@ def alfworld(n_tasks: int, rounds: int) -> dict[str, float]:
     env = gym.make("ap_gym/ALFWorld-v0", split="test", admissible_commands=False, max_episode_steps=100_000)
     plans = {spec.task_id: _until_done(env, spec.task_id) for spec in specs}
     infos = tw.EnvInfos(won=True, admissible_commands=True)
-    t_raw = t_wrap = 0.0
-    steps = 0
-    for _ in range(rounds):
-        for tid, plan in plans.items():
-            raw = tw.start(str(env.unwrapped.game_path(tid)), infos, wrappers=[AlfredDemangler(), AlfredInfos()])
-            raw.reset()
-            t_raw += _time(raw.step, plan)
-            raw.close()
-            env.reset(options={"task_id": tid})
-            t_wrap += _time(_wrapped_step(env), plan)
-            steps += len(plan)
-    env.close()
-    return {"steps": steps, "raw_ms": 1000 * t_raw / steps, "wrapped_ms": 1000 * t_wrap / steps,
-            "generation_s": generation}
+    return {**_tw_raw_against_wrapped(env, plans, lambda tid: tw.start(
+        str(env.unwrapped.game_path(tid)), infos, wrappers=[AlfredDemangler(), AlfredInfos()]), rounds),
+        "generation_s": generation}
 
 
 def main() -> None:

@@ -24,7 +24,6 @@ Reset option ``walkthrough=True`` gives the expert plan (the planner's) in
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -35,6 +34,7 @@ from typing import Any
 
 from ap_gym.envs.alfworld_gen import TASK_TYPES, AlfGameSpec, ensure_alfworld_game, scenes
 from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
+from ap_gym.envs.textworld import TextWorldEngine
 from ap_gym.errors import EnvInfrastructureError
 from ap_gym.wrappers.action_syntax import put_to_move
 
@@ -93,7 +93,7 @@ def _official(data: Path, seed: int) -> dict[str, dict[str, Path]] | None:
     return {"train": {k: train[k] for k in sorted(keys[:180])}, "test": games("valid_unseen")}
 
 
-class ALFWorldEnv(TextEnv):
+class ALFWorldEnv(TextWorldEngine, TextEnv):
     """ALFWorld behind the ap-gym text contract; see the module docstring.
 
     Args:
@@ -172,12 +172,3 @@ class ALFWorldEnv(TextEnv):
         return StepResult(state.feedback or "", 1.0 if won else 0.0, won=won, lost=False,
                           admissible_commands=self._admissible_of(state))
 
-    def _close_tw(self) -> None:
-        tw, self._tw = self._tw, None
-        if tw is not None:
-            with contextlib.suppress(Exception):
-                tw.close()
-
-    def close(self) -> None:
-        self._close_tw()
-        super().close()

@@ -170,7 +170,28 @@ def _user_games(games: str | Path | Sequence[str | Path] | Mapping[str, Iterable
     return {s: dict(both) for s in SPLITS}
 
 
-class TextWorldEnv(TextEnv):
+class TextWorldEngine:
+    """Mixin for envs that drive one TextWorld engine at a time (``self._tw``).
+
+    TextWorld and ALFWorld both run on it; an engine that fails to close must not turn a
+    clean shutdown into an error.
+    """
+
+    _tw: Any = None
+    _tw_key: Any = None
+
+    def _close_tw(self) -> None:
+        tw, self._tw, self._tw_key = self._tw, None, None
+        if tw is not None:
+            with contextlib.suppress(Exception):
+                tw.close()
+
+    def close(self) -> None:
+        self._close_tw()
+        super().close()  # type: ignore[misc]
+
+
+class TextWorldEnv(TextWorldEngine, TextEnv):
     """TextWorld games behind the ap-gym text contract; see the module docstring.
 
     Args:
@@ -275,12 +296,3 @@ class TextWorldEnv(TextEnv):
             return None
         return list(state.get("admissible_commands") or [])
 
-    def _close_tw(self) -> None:
-        tw, self._tw, self._tw_key = self._tw, None, None
-        if tw is not None:
-            with contextlib.suppress(Exception):
-                tw.close()
-
-    def close(self) -> None:
-        self._close_tw()
-        super().close()

@@ -21,7 +21,7 @@ import json
 import shutil
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,6 +336,21 @@ class _Embedded:
             if db_path is None:
                 self._dirty = False
 
+    def _insert(self, row: dict[str, Any], embedding: np.ndarray, then: Callable[[int], None] | None = None) -> int:
+        """Insert one row and its embedding (and ``then(new_id)`` in the same transaction); index it."""
+        self.db._writable()
+        vec = self.db.check_vector(embedding)
+        columns = [*row, "embedding"]
+        with self.db._lock, self.db.conn:
+            cur = self.db.conn.execute(
+                f"INSERT INTO {self.table} ({', '.join(columns)}) VALUES ({','.join('?' * len(columns))})",
+                [*row.values(), _blob(vec)])
+            new_id = int(cur.lastrowid)
+            if then is not None:
+                then(new_id)
+        self._added(np.array([new_id]), vec[None])
+        return new_id
+
     def _added(self, ids: np.ndarray, vecs: np.ndarray) -> None:
         if self._index is not None:
             self._index.add(ids, vecs)
@@ -367,17 +382,11 @@ class TrajectoryStore(_Embedded):
     def add(self, *, task_id: str, family: str, instruction: str, steps: Sequence[dict[str, Any]],
             success: bool, score: float | None, embedding: np.ndarray, iteration: int,
             mode: str | None = None, abstraction_ids: Sequence[int] = ()) -> int:
-        self.db._writable()
-        vec = self.db.check_vector(embedding)
-        with self.db._lock, self.db.conn:
-            cur = self.db.conn.execute(
-                "INSERT INTO trajectories (task_id, family, instruction, steps, success, score, embedding,"
-                " iteration, mode, abstraction_ids) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (task_id, family, instruction, json.dumps(list(steps)), int(success), score, _blob(vec),
-                 iteration, mode, json.dumps(list(abstraction_ids))),
-            )
-        self._added(np.array([cur.lastrowid]), vec[None])
-        return int(cur.lastrowid)
+        return self._insert({
+            "task_id": task_id, "family": family, "instruction": instruction, "steps": json.dumps(list(steps)),
+            "success": int(success), "score": score, "iteration": iteration, "mode": mode,
+            "abstraction_ids": json.dumps(list(abstraction_ids)),
+        }, embedding)
 
     def get(self, ids: Sequence[int]) -> list[Record]:
         if not ids:
@@ -441,17 +450,10 @@ class OutcomeLog(_Embedded):
 
     def append(self, *, embedding: np.ndarray, mode: str, reward: float, family: str, instruction: str,
                success: bool, synthesis_calls: int, trajectory_id: int | None = None) -> int:
-        self.db._writable()
-        vec = self.db.check_vector(embedding)
-        with self.db._lock, self.db.conn:
-            cur = self.db.conn.execute(
-                "INSERT INTO outcome_log (embedding, mode, reward, family, instruction, success,"
-                " synthesis_calls, trajectory_id) VALUES (?,?,?,?,?,?,?,?)",
-                (_blob(vec), mode, float(reward), family, instruction[:200], int(success), int(synthesis_calls),
-                 trajectory_id),
-            )
-        seq = int(cur.lastrowid)
-        self._added(np.array([seq]), vec[None])
+        seq = self._insert({
+            "mode": mode, "reward": float(reward), "family": family, "instruction": instruction[:200],
+            "success": int(success), "synthesis_calls": int(synthesis_calls), "trajectory_id": trajectory_id,
+        }, embedding)
         if self._arrays is not None:
             seqs, codes, rewards = self._arrays
             self._arrays = (np.append(seqs, seq), np.append(codes, self._code(mode)), np.append(rewards, float(reward)))
@@ -550,19 +552,15 @@ class AbstractionStore(_Embedded):
         self.db._writable()
         if kind not in self.KINDS:
             raise ValueError(f"kind must be one of {self.KINDS}, not {kind!r}")
-        vec = self.db.check_vector(embedding)
-        with self.db._lock, self.db.conn:
-            cur = self.db.conn.execute(
-                "INSERT INTO abstractions (text, kind, embedding, iteration, flags) VALUES (?,?,?,?,?)",
-                (text, kind, _blob(vec), iteration, json.dumps(flags or {})),
-            )
-            aid = int(cur.lastrowid)
+
+        def provenance(aid: int) -> None:
             self.db.conn.executemany("INSERT OR IGNORE INTO abstraction_sources VALUES (?,?)",
                                      [(aid, s) for s in sources])
             self.db.conn.executemany("INSERT OR IGNORE INTO abstraction_parents VALUES (?,?)",
                                      [(aid, p) for p in parents])
-        self._added(np.array([aid]), vec[None])
-        return aid
+
+        return self._insert({"text": text, "kind": kind, "iteration": iteration, "flags": json.dumps(flags or {})},
+                            embedding, provenance)
 
     def get(self, ids: Sequence[int]) -> list[Abstraction]:
         """The abstractions with these ids, in the order given."""
