@@ -130,7 +130,7 @@ class HNSWIndex:
             hnsw.hnsw.efConstruction = ef_construction
             _index = faiss.IndexIDMap2(hnsw)
         self._index = _index
-        self._ids = faiss.vector_to_array(_index.id_map).astype(np.int64) if _index.ntotal else np.zeros(0, np.int64)
+        self._id_array: np.ndarray | None = None  # the stored ids, built when a filter needs them
 
     def __len__(self) -> int:
         return int(self._index.ntotal)
@@ -139,7 +139,7 @@ class HNSWIndex:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         vectors = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim))
         self._index.add_with_ids(vectors, ids)
-        self._ids = np.concatenate([self._ids, ids])
+        self._id_array = None  # not copied per add: training adds one row per episode
 
     def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         import faiss
@@ -151,7 +151,9 @@ class HNSWIndex:
         params.efSearch = max(self.ef_search, k)
         if allowed is not None:
             allowed = np.asarray(allowed, dtype=np.int64)
-            present = allowed[np.isin(allowed, self._ids)]
+            if self._id_array is None:
+                self._id_array = faiss.vector_to_array(self._index.id_map).astype(np.int64)
+            present = allowed[np.isin(allowed, self._id_array)]
             if len(present) <= EXACT_FILTER_LIMIT:
                 present = np.unique(present)
                 vecs = self._index.reconstruct_batch(present) if len(present) else np.zeros((0, self.dim), np.float32)

@@ -355,7 +355,8 @@ class _Embedded:
         if self._index is not None:
             self._index.add(ids, vecs)
             self._dirty = True
-        self._count = None
+        if self._count is not None:
+            self._count += len(ids)
 
     def invalidate(self) -> None:
         with self.db._lock:
