@@ -8,18 +8,30 @@
 
 from __future__ import annotations
 
-from ap_gym.backbones.base import Backbone, Completion, GenerationConfig, Message
+from ap_gym.backbones.base import (
+    Backbone,
+    BatchScorer,
+    Completion,
+    EpisodeCache,
+    GenerationConfig,
+    Message,
+    Scores,
+)
 from ap_gym.backbones.embedders import Embedder, SentenceTransformerEmbedder
-from ap_gym.backbones.hf import TransformersBackbone, tiny_llama
+from ap_gym.backbones.hf import TransformersBackbone
 from ap_gym.backbones.openai import OpenAIBackbone
+from ap_gym.backbones.tiny import tiny_llama
 
 __all__ = [
     "Backbone",
+    "BatchScorer",
     "Completion",
     "Embedder",
+    "EpisodeCache",
     "GenerationConfig",
     "Message",
     "OpenAIBackbone",
+    "Scores",
     "SentenceTransformerEmbedder",
     "TransformersBackbone",
     "make_backbone",

@@ -1,8 +1,14 @@
 """The backbone interface: what a policy may ask of a language model.
 
 A backbone generates chat completions and scores candidate continuations. Everything a
-policy needs for accounting (prompt and completion tokens) comes back on the
-:class:`Completion`; the policy records the call under its purpose.
+policy needs for accounting comes back with the answer: tokens on the
+:class:`Completion` of ``generate``, and on the :class:`Scores` of ``score``; the policy
+records the call under its purpose. Nothing is fetched from the backbone afterwards, so
+a backbone shared by threads cannot mix up two callers' counts.
+
+Optional abilities are small runtime-checkable protocols, checked with ``isinstance``:
+:class:`BatchScorer` (several prompts' candidates in one pass, for lanes) and
+:class:`EpisodeCache` (a KV cache kept within an episode, dropped when one begins).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["Backbone", "Completion", "GenerationConfig", "Message", "Reduction"]
+__all__ = ["Backbone", "BatchScorer", "Completion", "EpisodeCache", "GenerationConfig", "Message", "Reduction", "Scores"]
 
 #: A chat message: ``{"role": "system"|"user"|"assistant", "content": str}``.
 Message = Mapping[str, str]
@@ -44,6 +50,14 @@ class GenerationConfig:
         return {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature,
                 "top_p": self.top_p, "stop": list(self.stop), "seed": self.seed}
 
+    @classmethod
+    def coerce(cls, value: GenerationConfig | Mapping[str, Any]) -> GenerationConfig:
+        """A GenerationConfig from itself or from plain options (YAML lists become tuples)."""
+        if isinstance(value, cls):
+            return value
+        options = dict(value)
+        return cls(**{**options, "stop": tuple(options.get("stop", ()))})
+
 
 @dataclass(frozen=True)
 class Completion:
@@ -57,6 +71,31 @@ class Completion:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Scores:
+    """The log-likelihood of each candidate, and what computing them cost.
+
+    Attributes:
+        values: one score per candidate, in the candidates' order.
+        prompt_tokens: the prompt's tokens (computed or reused from a cache).
+        candidate_tokens: the candidates' tokens, all together.
+    """
+
+    values: tuple[float, ...]
+    prompt_tokens: int = 0
+    candidate_tokens: int = 0
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i: int) -> float:
+        return self.values[i]
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.candidate_tokens
+
+
 @runtime_checkable
 class Backbone(Protocol):
     """A language model behind ap-gym's policies.
@@ -64,7 +103,8 @@ class Backbone(Protocol):
     ``identity`` names the model exactly (saved with results). ``generate`` and
     ``generate_batch`` answer chat messages; ``score`` returns the log-likelihood of
     each candidate as the assistant's reply, so a policy can choose among admissible
-    commands instead of generating freely.
+    commands instead of generating freely. ``describe`` says what the model is and how
+    it runs (saved with results).
     """
 
     identity: str
@@ -77,4 +117,28 @@ class Backbone(Protocol):
 
     def score(
         self, messages: Sequence[Message], candidates: Sequence[str], reduction: Reduction = "sum"
-    ) -> list[float]: ...
+    ) -> Scores: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+#: One scoring request of a batch: (messages, candidates, reduction).
+ScoreRequest = tuple[Sequence[Message], Sequence[str], Reduction]
+
+
+@runtime_checkable
+class BatchScorer(Protocol):
+    """Scores several prompts' candidates in one forward pass (episodes in lock-step).
+
+    ``keys`` name a KV cache per request (a lane), kept across calls.
+    """
+
+    def score_batch(self, requests: Sequence[ScoreRequest], *, keys: Sequence[Any] | None = None) -> list[Scores]: ...
+
+
+@runtime_checkable
+class EpisodeCache(Protocol):
+    """A backbone that reuses its KV cache within an episode; ``reset_cache`` forgets it, so
+    every episode computes the same numbers whichever episodes ran before it."""
+
+    def reset_cache(self) -> None: ...

@@ -32,7 +32,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ap_gym.backbones.base import Completion, GenerationConfig, Message, Reduction
+from ap_gym.backbones.base import (
+    Completion,
+    EpisodeCache,
+    GenerationConfig,
+    Message,
+    Reduction,
+    Scores,
+)
 
 __all__ = ["BatchingBackbone", "LaneBackbone"]
 
@@ -52,8 +59,8 @@ class BatchingBackbone:
     """Gathers concurrent calls from ``lanes`` threads into batched calls on ``inner``.
 
     Args:
-        inner: a backbone with ``score_batch`` and ``generate_batch`` (an in-process
-            :class:`~ap_gym.backbones.hf.TransformersBackbone`).
+        inner: a :class:`~ap_gym.backbones.base.BatchScorer` with ``generate_batch`` (an
+            in-process :class:`~ap_gym.backbones.hf.TransformersBackbone`).
         lanes: the number of lane threads that will call it.
         max_wait_s: the longest a call waits for the other lanes before running anyway.
     """
@@ -132,8 +139,7 @@ class BatchingBackbone:
                     c.done = True
 
     def describe(self) -> dict[str, Any]:
-        describe = getattr(self.inner, "describe", None)
-        return describe() if describe else {"identity": self.identity}
+        return self.inner.describe()
 
 
 class LaneBackbone:
@@ -143,13 +149,9 @@ class LaneBackbone:
         self.batcher = batcher
         self.index = index
         self.identity = batcher.identity
-        self.last_score_tokens = (0, 0)
 
-    def score(self, messages: Sequence[Message], candidates: Sequence[str], reduction: Reduction = "sum") -> list[float]:
-        scores, prompt_tokens, cand_tokens = self.batcher.call(
-            _Call("score", (list(messages), list(candidates), reduction), lane=self.index))
-        self.last_score_tokens = (prompt_tokens, cand_tokens)
-        return scores
+    def score(self, messages: Sequence[Message], candidates: Sequence[str], reduction: Reduction = "sum") -> Scores:
+        return self.batcher.call(_Call("score", (list(messages), list(candidates), reduction), lane=self.index))
 
     def generate(self, messages: Sequence[Message], config: GenerationConfig = GenerationConfig()) -> Completion:
         return self.batcher.call(_Call("generate", (list(messages), config), lane=self.index))
@@ -160,9 +162,8 @@ class LaneBackbone:
 
     def reset_cache(self) -> None:
         """A new episode on this lane: drop its KV cache, as an unbatched episode would."""
-        reset = getattr(self.batcher.inner, "reset_cache", None)
-        if reset is not None:
-            reset((id(self.batcher), self.index))
+        if isinstance(self.batcher.inner, EpisodeCache):
+            self.batcher.inner.reset_cache((id(self.batcher), self.index))  # type: ignore[call-arg]
 
     def describe(self) -> dict[str, Any]:
         return {**self.batcher.describe(), "batched_lanes": True}

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from ap_gym.backbones.base import Completion, GenerationConfig, Message, Reduction
+from ap_gym.backbones.base import Completion, GenerationConfig, Message, Reduction, Scores
 from ap_gym.errors import BackboneError
 
 __all__ = ["OpenAIBackbone"]
@@ -135,7 +135,7 @@ class OpenAIBackbone:
 
     def score(
         self, messages: Sequence[Message], candidates: Sequence[str], reduction: Reduction = "sum"
-    ) -> list[float]:
+    ) -> Scores:
         data = self._request("POST", "/ap_gym/score", {
             "model": self.model, "messages": [dict(m) for m in messages],
             "candidates": list(candidates), "reduction": reduction,
@@ -146,7 +146,9 @@ class OpenAIBackbone:
                 f"{self.base_url} cannot score candidates (needs ap-gym serve's /v1/ap_gym/score); "
                 "use the agent's 'generate' action mode with other servers"
             )
-        return [float(s) for s in scores]
+        usage = data.get("usage") or {}
+        return Scores(tuple(float(s) for s in scores), int(usage.get("prompt_tokens", 0)),
+                      int(usage.get("candidate_tokens", 0)))
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "openai", "identity": self.identity, "base_url": self.base_url, "model": self.model}

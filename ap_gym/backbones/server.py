@@ -63,7 +63,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, self._chat(body))
             elif path == "/v1/ap_gym/score":
                 scores = self.server.backbone.score(body["messages"], body["candidates"], body.get("reduction", "sum"))
-                self._send(200, {"scores": scores})
+                self._send(200, {"scores": list(scores.values), "usage": {
+                    "prompt_tokens": scores.prompt_tokens, "candidate_tokens": scores.candidate_tokens}})
             else:
                 self._error(404, f"no route {self.path}")
         except (KeyError, TypeError, ValueError) as e:
@@ -103,7 +104,7 @@ class BackboneServer(ThreadingHTTPServer):
                  model_name: str | None = None, verbose: bool = False) -> None:
         super().__init__((host, port), _Handler)
         self.backbone = backbone
-        self.model_name = model_name or getattr(backbone, "identity", "ap-gym")
+        self.model_name = model_name or backbone.identity
         self.verbose = verbose
         self.stopping = False
         self._thread: threading.Thread | None = None

@@ -61,12 +61,17 @@ def test_stop_strings_cut_the_text(tiny_backbone):
 
 def test_one_pass_scores_equal_one_pass_per_candidate(tiny_backbone):
     candidates = ["go north", "look", "take apple from table", "open door", "examine key"]
-    scores = tiny_backbone.score(MSGS, candidates)
+    scored = tiny_backbone.score(MSGS, candidates)
+    scores = list(scored.values)
     assert scores == pytest.approx(naive_scores(tiny_backbone, MSGS, candidates), abs=1e-4)
     small_chunks = tiny_backbone.score(MSGS, candidates, max_tokens_per_pass=2)
-    assert small_chunks == pytest.approx(scores, abs=1e-4)
+    assert list(small_chunks.values) == pytest.approx(scores, abs=1e-4)
     mean = tiny_backbone.score(MSGS, candidates, reduction="mean")
     assert mean[2] == pytest.approx(scores[2] / 4, abs=1e-4)
+    # the scores carry their token usage: the prompt, and every candidate's tokens
+    prompt = len(tiny_backbone.tokenizer(tiny_backbone.render(MSGS), add_special_tokens=False)["input_ids"])
+    cands = sum(len(tiny_backbone.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in candidates)
+    assert (scored.prompt_tokens, scored.candidate_tokens) == (prompt, cands)
 
 
 def test_long_prompt_keeps_head_and_tail(tiny_backbone):
@@ -102,7 +107,8 @@ def test_score_batch_matches_score_with_and_without_lane_caches(tiny_backbone):
             single.append(tiny_backbone.score(m, c, r))
         for kwargs in ({"keys": ["a", "b", "c", "d"]}, {}, {"keys": ["e", "f", "g", "h"], "max_elements": 100}):
             batch = tiny_backbone.score_batch(reqs, **kwargs)
-            assert [len(s) for s, _, _ in batch] == [len(s) for s in single]
-            for expected, (got, _, _) in zip(single, batch, strict=True):
-                assert got == pytest.approx(expected, abs=1e-4)
+            assert [len(s) for s in batch] == [len(s) for s in single]
+            for expected, got in zip(single, batch, strict=True):
+                assert list(got.values) == pytest.approx(list(expected.values), abs=1e-4)
+                assert (got.prompt_tokens, got.candidate_tokens) == (expected.prompt_tokens, expected.candidate_tokens)
     assert tiny_backbone.stats["reused_tokens"] > 0

@@ -28,7 +28,10 @@ def test_served_greedy_text_equals_in_process(server, tiny_backbone):
     assert (remote.prompt_tokens, remote.completion_tokens) == (local.prompt_tokens, local.completion_tokens)
     assert [c.text for c in client.generate_batch([MSGS, MSGS], config)] == [local.text] * 2
     candidates = ["look", "go north"]
-    assert client.score(MSGS, candidates) == pytest.approx(tiny_backbone.score(MSGS, candidates), abs=1e-5)
+    remote_scores, local_scores = client.score(MSGS, candidates), tiny_backbone.score(MSGS, candidates)
+    assert list(remote_scores.values) == pytest.approx(list(local_scores.values), abs=1e-5)
+    # served scoring counts its tokens as in-process scoring does
+    assert remote_scores.tokens == local_scores.tokens > 0
 
 
 def _free_port() -> int:
