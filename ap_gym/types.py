@@ -10,6 +10,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "Episode",
     "Policy",
     "PolicyTrace",
+    "StatefulPolicy",
     "Step",
     "StepTrace",
     "Termination",
@@ -257,3 +259,26 @@ class Policy(Protocol):
     def train(self, mode: bool = True) -> Policy: ...
 
     def eval(self) -> Policy: ...
+
+
+@runtime_checkable
+class StatefulPolicy(Policy, Protocol):
+    """A policy whose state outlives an episode (a memory): it can be snapshotted,
+    restored, emptied and closed, and says how to rebuild it.
+
+    The protocol snapshots it after each iteration's training and evaluates held-out
+    tasks against that snapshot, so a resumed or distributed run sees the same state;
+    it sets ``iteration`` before each iteration's training.
+    """
+
+    iteration: int
+
+    def save_state(self, directory: str | Path) -> Path: ...
+
+    def load_state(self, directory: str | Path) -> StatefulPolicy: ...
+
+    def clear_state(self) -> StatefulPolicy: ...
+
+    def close(self) -> None: ...
+
+    def spec(self) -> dict[str, Any]: ...

@@ -81,16 +81,6 @@ CREATE TABLE abstraction_parents (
 """
 
 
-def sums_from_arrays(codes: np.ndarray, rewards: np.ndarray, names: Sequence[str],
-                     gamma: float) -> dict[str, tuple[float, float]]:
-    """Per mode: (sum of gamma**age x reward, sum of gamma**age) over the whole log."""
-    n = len(codes)
-    weights = gamma ** (n - 1 - np.arange(n, dtype=np.float64))
-    rewarded = np.bincount(codes, weights=weights * rewards, minlength=len(names))
-    total = np.bincount(codes, weights=weights, minlength=len(names))
-    return {m: (float(rewarded[i]), float(total[i])) for i, m in enumerate(names)}
-
-
 def _index_suffixes() -> list[str]:
     return [f".{t}.faiss{ext}" for t in ("trajectories", "outcome_log", "abstractions") for ext in ("", ".json")]
 
@@ -415,6 +405,18 @@ class TrajectoryStore(_Embedded):
             rows = self.db.conn.execute("SELECT id FROM trajectories WHERE success=? ORDER BY id", (int(success),))
         return [r[0] for r in rows]
 
+    def latest_mixed_family(self) -> str | None:
+        """The task family with the most recent record among those with both successes and failures."""
+        row = self.db.conn.execute(
+            "SELECT family, max(id) FROM trajectories GROUP BY family HAVING sum(success)>0 AND sum(1-success)>0 "
+            "ORDER BY max(id) DESC LIMIT 1").fetchone()
+        return None if row is None else row[0]
+
+    def family_outcomes(self, family: str) -> list[tuple[int, bool]]:
+        """(id, success) of a family's records, newest first."""
+        rows = self.db.conn.execute("SELECT id, success FROM trajectories WHERE family=? ORDER BY id DESC", (family,))
+        return [(r[0], bool(r[1])) for r in rows]
+
 
 @dataclass(frozen=True)
 class LogEntry:
@@ -437,7 +439,8 @@ class OutcomeLog(_Embedded):
     The bandit asks three things of it, each cheap at a million entries: which modes
     were ever tried, the k entries nearest a task (through the similarity index), and
     every entry's mode and reward in log order (numpy arrays, read once and extended on
-    append) for the recency-weighted global means.
+    append). What it computes from them is the bandit's
+    (:mod:`ap_gym.policies.bandit`).
     """
 
     table = "outcome_log"
@@ -447,7 +450,6 @@ class OutcomeLog(_Embedded):
         super().__init__(db)
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._mode_names: list[str] = []
-        self._sums: dict[float, dict[str, list[float]]] = {}
 
     def append(self, *, embedding: np.ndarray, mode: str, reward: float, family: str, instruction: str,
                success: bool, synthesis_calls: int, trajectory_id: int | None = None) -> int:
@@ -458,13 +460,6 @@ class OutcomeLog(_Embedded):
         if self._arrays is not None:
             seqs, codes, rewards = self._arrays
             self._arrays = (np.append(seqs, seq), np.append(codes, self._code(mode)), np.append(rewards, float(reward)))
-        for gamma, sums in self._sums.items():  # every older entry ages by one
-            for pair in sums.values():
-                pair[0] *= gamma
-                pair[1] *= gamma
-            pair = sums.setdefault(mode, [0.0, 0.0])
-            pair[0] += float(reward)
-            pair[1] += 1.0
         return seq
 
     def _code(self, mode: str) -> int:
@@ -484,14 +479,6 @@ class OutcomeLog(_Embedded):
                 self._arrays = (np.array(seqs, dtype=np.int64), np.array(codes, dtype=np.int64),
                                 np.array(rewards, dtype=np.float64))
             return self._arrays[1], self._arrays[2], list(self._mode_names)
-
-    def global_sums(self, gamma: float) -> dict[str, tuple[float, float]]:
-        """Per mode: (sum of gamma**age x reward, sum of gamma**age); kept up to date on append."""
-        with self.db._lock:
-            if gamma not in self._sums:
-                codes, rewards, names = self.arrays()
-                self._sums[gamma] = {m: list(v) for m, v in sums_from_arrays(codes, rewards, names, gamma).items()}
-            return {m: (v[0], v[1]) for m, v in self._sums[gamma].items()}
 
     def modes_seen(self) -> set[str]:
         codes, _, names = self.arrays()
@@ -517,7 +504,6 @@ class OutcomeLog(_Embedded):
     def invalidate(self) -> None:
         super().invalidate()
         self._arrays = None
-        self._sums = {}
 
 
 @dataclass(frozen=True)
@@ -564,23 +550,48 @@ class AbstractionStore(_Embedded):
                             embedding, provenance)
 
     def get(self, ids: Sequence[int]) -> list[Abstraction]:
-        """The abstractions with these ids, in the order given."""
-        by_id = {a.id: a for a in self.all(include_inactive=True)}
+        """The abstractions with these ids (active or not), in the order given."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        by_id = {a.id: a for a in self._read(f"WHERE id IN ({marks})", f"WHERE abstraction_id IN ({marks})", list(ids))}
         return [by_id[i] for i in ids if i in by_id]
 
     def all(self, include_inactive: bool = False) -> list[Abstraction]:
-        rows = self.db.conn.execute(
-            "SELECT * FROM abstractions" + ("" if include_inactive else " WHERE active=1") + " ORDER BY id"
-        ).fetchall()
+        """Every abstraction (reads the whole table: for reports, audits and tests)."""
+        return self._read("" if include_inactive else "WHERE active=1", "", [])
+
+    def _read(self, where: str, link_where: str, args: list[Any]) -> list[Abstraction]:
+        rows = self.db.conn.execute(f"SELECT * FROM abstractions {where} ORDER BY id", args).fetchall()
         sources: dict[int, list[int]] = {}
         parents: dict[int, list[int]] = {}
-        for a, t in self.db.conn.execute("SELECT abstraction_id, trajectory_id FROM abstraction_sources ORDER BY 1, 2"):
+        for a, t in self.db.conn.execute(
+                f"SELECT abstraction_id, trajectory_id FROM abstraction_sources {link_where} ORDER BY 1, 2", args):
             sources.setdefault(a, []).append(t)
-        for a, p in self.db.conn.execute("SELECT abstraction_id, parent_id FROM abstraction_parents ORDER BY 1, 2"):
+        for a, p in self.db.conn.execute(
+                f"SELECT abstraction_id, parent_id FROM abstraction_parents {link_where} ORDER BY 1, 2", args):
             parents.setdefault(a, []).append(p)
         return [Abstraction(r["id"], r["text"], r["kind"], r["iteration"], bool(r["active"]), r["uses"],
                             r["successes"], r["score"], json.loads(r["flags"]), sources.get(r["id"], []),
                             parents.get(r["id"], [])) for r in rows]
+
+    def ids(self, kind: str | None = None, not_below: tuple[int, float] | None = None) -> list[int]:
+        """Active abstractions' ids, in order: of one ``kind``, and without those that have
+        at least ``not_below[0]`` uses and a score below ``not_below[1]``."""
+        where, args = ["active=1"], []
+        if kind is not None:
+            where.append("kind=?")
+            args.append(kind)
+        if not_below is not None:
+            where.append("NOT (uses>=? AND score<?)")
+            args += list(not_below)
+        rows = self.db.conn.execute(f"SELECT id FROM abstractions WHERE {' AND '.join(where)} ORDER BY id", args)
+        return [r[0] for r in rows]
+
+    def scores(self) -> list[tuple[int, int, float]]:
+        """(id, uses, score) of every active abstraction, in order (for maintenance)."""
+        return [(r[0], r[1], r[2]) for r in
+                self.db.conn.execute("SELECT id, uses, score FROM abstractions WHERE active=1 ORDER BY id")]
 
     def record_use(self, ids: Sequence[int], success: bool) -> None:
         """Count a use of each abstraction and update its score, (successes+1)/(uses+2)."""

@@ -8,44 +8,62 @@ error-reproduction audit follows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from ap_gym.policies.memory import MemoryPolicy, format_record
+from ap_gym.policies.design import Block, TaskContext
+from ap_gym.policies.memory import Memory, format_record
+from ap_gym.policies.memory_policy import MEMORY_NEEDS, MEMORY_SUPPORTS, MemoryPolicy
+from ap_gym.policies.registry import register_policy
 from ap_gym.types import Episode
 
-__all__ = ["AbstractionMemory"]
+__all__ = ["AbstractionDesign", "AbstractionMemory", "show_abstractions"]
 
 HEADER = "Lessons from earlier tasks"
 
 
+def show_abstractions(task: TaskContext, k: int, allowed: Sequence[int] | None, header: str,
+                      sep: str = "\n") -> list[Block]:
+    """The ``k`` stored abstractions nearest the task (among ``allowed``), as one block;
+    they are noted as in the prompt (their provenance) and in the decision record."""
+    abstractions = task.memory.abstractions
+    hits = abstractions.nearest(task.vec, k, allowed)
+    texts = {a.id: a.text for a in abstractions.get([i for i, _ in hits])}
+    shown = [(i, texts[i]) for i, _ in hits if i in texts]
+    task.in_prompt += [i for i, _ in shown]
+    task.decisions["retrieved_abstractions"] = [i for i, _ in shown]
+    return [(header, sep.join(t for _, t in shown))] if shown else []
+
+
+@dataclass(frozen=True)
+class AbstractionDesign:
+    """Show the nearest stored rules; after each training episode, synthesise one from it.
+
+    Attributes:
+        kind: the kind stored abstractions get.
+        allowed: which stored abstractions may be retrieved (``None``: every active one).
+    """
+
+    kind: str = "rule"
+    allowed: Callable[[Memory], Sequence[int] | None] | None = None
+
+    def guidance(self, task: TaskContext) -> list[Block]:
+        allowed = self.allowed(task.memory) if self.allowed is not None else None
+        return show_abstractions(task, task.memory.config.budget, allowed, HEADER)
+
+    def learn(self, task: TaskContext, episode: Episode, record_id: int) -> None:
+        memory = task.memory
+        if task.in_prompt:
+            memory.abstractions.record_use(task.in_prompt, episode.success)
+        record = memory.trajectories.get([record_id])[0]
+        text = task.synthesise("synth_abstraction", records=format_record(record, memory.config.record_chars))
+        task.keep_abstraction(text, episode, [record_id], task.vec, self.kind)
+
+
+@register_policy("abstraction", needs=MEMORY_NEEDS, supports=MEMORY_SUPPORTS)
 class AbstractionMemory(MemoryPolicy):
-    name = "abstraction"
-    stores_abstractions = True
-    abstraction_kind = "rule"
+    """Abstraction memory: a synthesised rule per training episode, the nearest ones shown."""
 
-    def retrieve_abstractions(self, vec: np.ndarray) -> list[tuple[int, str, float]]:
-        hits = self.abstractions.nearest(vec, self.memory.budget, self._allowed_abstractions())
-        texts = {a.id: a.text for a in self.abstractions.get([i for i, _ in hits])}
-        return [(i, texts[i], s) for i, s in hits if i in texts]
-
-    def _allowed_abstractions(self) -> list[int] | None:
-        return None
-
-    def abstraction_block(self, vec: np.ndarray, header: str = HEADER) -> list[tuple[str, str]]:
-        hits = self.retrieve_abstractions(vec)
-        self._in_prompt += [i for i, _, _ in hits]
-        self.decisions["retrieved_abstractions"] = [i for i, _, _ in hits]
-        return [(header, "\n".join(t for _, t, _ in hits))] if hits else []
-
-    def _guidance(self, vec: np.ndarray, info: Mapping[str, Any]) -> list[tuple[str, str]]:
-        return self.abstraction_block(vec)
-
-    def _learn(self, episode: Episode, record_id: int, vec: np.ndarray) -> None:
-        if self._in_prompt:
-            self.abstractions.record_use(self._in_prompt, episode.success)
-        record = self.trajectories.get([record_id])[0]
-        text = self.synthesise("synth_abstraction", records=format_record(record, self.memory.record_chars))
-        self.store_abstraction(text, episode, [record_id], vec, self.abstraction_kind)
+    def __init__(self, backbone: Any, embedder: Any = None, **kwargs: Any) -> None:
+        super().__init__(backbone, embedder, design=AbstractionDesign(), **kwargs)

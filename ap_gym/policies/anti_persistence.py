@@ -19,12 +19,17 @@ Per task (``../shared/spec/anti-persistence.md`` is the specification):
    log, except for attempts made while trajectory memory was empty, failed
    embeddings and infrastructure failures; **throw the guidance away**.
 
-The abstraction store stays empty, always. Ablations are options of this class, not
+The abstraction store stays empty, always. Ablations are options of this design, not
 copies: ``persist_guidance=True`` stores each synthesised guidance as an abstraction
 (kind ``guidance``) and shows the most similar stored ones in later prompts (the
 discard-versus-persist experiment); ``fixed_mode``; ``random_mode``; the bandit's
 γ, λ, c, ε, ρ, B̂ through :class:`BanditConfig`; B through ``MemoryConfig.budget``; the
-frozen skill layer and the admission judge of :class:`MemoryPolicy`.
+frozen skill layer and the admission judge of
+:class:`~ap_gym.policies.memory_policy.MemoryPolicy`.
+
+:class:`AntiPersistencePolicy` (also importable as ``AntiPersistence``) is the policy: the
+acting agent around a backbone, the memory (records and the bandit's outcome log) and
+this design.
 
 Everything decided is recorded in the Episode's ``policy_info``: the mode and why, the
 bandit's utilities, the neighbourhood's mean similarity, the retrieved record ids, the
@@ -34,15 +39,17 @@ guidance text and the synthesis calls it cost.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from ap_gym.policies.abstraction import show_abstractions
 from ap_gym.policies.bandit import MODES, BanditConfig, Choice, ModeBandit, mode_reward
-from ap_gym.policies.memory import MemoryPolicy
+from ap_gym.policies.design import Block, TaskContext
+from ap_gym.policies.memory_policy import MEMORY_NEEDS, MEMORY_SUPPORTS, MemoryPolicy
+from ap_gym.policies.registry import register_policy
 from ap_gym.types import Episode
 
-__all__ = ["MODE_HEADERS", "AntiPersistence"]
+__all__ = ["MODE_HEADERS", "AntiPersistence", "AntiPersistenceDesign", "AntiPersistencePolicy"]
 
 MODE_HEADERS = {
     "none": "Related past attempts (for reference; they were different tasks)",
@@ -50,106 +57,123 @@ MODE_HEADERS = {
     "strategic": "A plan distilled from similar successful attempts",
     "corrective": "Mistakes to avoid, from similar failed attempts",
 }
+PERSISTED_HEADER = "Stored guidance from earlier tasks"
 
 
-class AntiPersistence(MemoryPolicy):
+@dataclass(frozen=True)
+class AntiPersistenceDesign:
     """See the module docstring.
 
-    Args:
-        bandit: the bandit's parameters (spec defaults).
+    Attributes:
+        bandit: the mode bandit (the spec's defaults).
         fixed_mode: always use this mode (ablation).
         random_mode: choose the mode uniformly at random (ablation).
         persist_guidance: store synthesised guidance instead of discarding it (ablation).
-        **kwargs: :class:`MemoryPolicy` arguments.
     """
 
-    name = "anti_persistence"
+    bandit: ModeBandit = field(default_factory=ModeBandit)
+    fixed_mode: str | None = None
+    random_mode: bool = False
+    persist_guidance: bool = False
 
-    def __init__(self, *args: Any, bandit: BanditConfig | None = None, fixed_mode: str | None = None,
-                 random_mode: bool = False, persist_guidance: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if fixed_mode is not None and fixed_mode not in MODES:
+    def __post_init__(self) -> None:
+        if self.fixed_mode is not None and self.fixed_mode not in MODES:
             raise ValueError(f"fixed_mode must be one of {MODES}")
-        if fixed_mode is not None and random_mode:
+        if self.fixed_mode is not None and self.random_mode:
             raise ValueError("choose fixed_mode or random_mode, not both")
-        self.bandit = ModeBandit(bandit)
-        self.fixed_mode = fixed_mode
-        self.random_mode = random_mode
-        self.persist_guidance = persist_guidance
-        self.stores_abstractions = persist_guidance
-        self._episode_state: dict[str, Any] = {}
 
-    def choose_mode(self, vec: np.ndarray, task_id: str) -> Choice:
-        rng = self.task_rng(task_id)
+    def choose_mode(self, task: TaskContext) -> Choice:
+        rng = task.memory.task_rng(task.task_id)
         if self.fixed_mode is not None:
             return Choice(self.fixed_mode, "fixed")
         if self.random_mode:
             return Choice(rng.choice(MODES), "random")
-        return self.bandit.select(vec, self.outcomes, rng)
+        return self.bandit.select(task.vec, task.memory.outcomes, rng)
 
-    def _guidance(self, vec: np.ndarray, info: Mapping[str, Any]) -> list[tuple[str, str]]:
-        memory_empty = len(self.trajectories) == 0
-        choice = self.choose_mode(vec, str(info.get("task_id", "")))
-        mode, budget = choice.mode, self.memory.budget
+    def guidance(self, task: TaskContext) -> list[Block]:
+        memory, vec = task.memory, task.vec
+        memory_empty = len(memory.trajectories) == 0
+        choice = self.choose_mode(task)
+        mode, budget = choice.mode, memory.config.budget
         if mode == "none":
-            hits = self.retrieve_records(vec, budget)
+            hits = memory.retrieve_records(vec, budget)
         elif mode in ("imitation", "strategic"):
-            hits = self.retrieve_records(vec, budget, success=True)
+            hits = memory.retrieve_records(vec, budget, success=True)
         else:
-            failures = self.retrieve_records(vec, budget - 1 if budget > 1 else 1, success=False)
-            contrast = self.retrieve_records(vec, 1, success=True) if failures else []
+            failures = memory.retrieve_records(vec, budget - 1 if budget > 1 else 1, success=False)
+            contrast = memory.retrieve_records(vec, 1, success=True) if failures else []
             if not contrast:
-                failures = self.retrieve_records(vec, budget, success=False)
+                failures = memory.retrieve_records(vec, budget, success=False)
             hits = failures + contrast
         records = [r for r, _ in hits]
         text, calls, skipped = "", 0, False
         if mode == "none":
-            text = self.records_text(records)
+            text = memory.records_text(records)
         elif (mode == "corrective" and not any(not r.success for r in records)) or not records:
             skipped = True  # the mode's records are missing: no call, cost 0, no fallback
         elif mode == "corrective":
             has_success = any(r.success for r in records)
-            text = self.synthesise(
-                "synth_corrective", instruction=str(info.get("instruction", "")), records=self.records_text(records),
+            text = task.synthesise(
+                "synth_corrective", instruction=task.instruction, records=memory.records_text(records),
                 contrast_note=", and one successful attempt for contrast" if has_success else "")
             calls = 1
         else:
-            text = self.synthesise(f"synth_{mode}", instruction=str(info.get("instruction", "")),
-                                   records=self.records_text(records))
+            text = task.synthesise(f"synth_{mode}", instruction=task.instruction, records=memory.records_text(records))
             calls = 1
-        self.decisions.update(
+        task.decisions.update(
             mode=mode, mode_reason=choice.reason, utilities=choice.utilities,
             mean_similarity=choice.mean_similarity, retrieved_records=[r.id for r in records],
             similarities=[round(s, 4) for _, s in hits], synthesis_calls=calls, synthesis_skipped=skipped,
             memory_empty=memory_empty, mode_guidance=text or None,
         )
-        self._episode_state = {"mode": mode, "calls": calls, "memory_empty": memory_empty,
-                               "sources": [r.id for r in records], "text": text if calls else ""}
-        blocks: list[tuple[str, str]] = []
+        task.state.update(mode=mode, calls=calls, memory_empty=memory_empty, sources=[r.id for r in records],
+                          text=text if calls else "")
+        blocks: list[Block] = []
         if self.persist_guidance:
-            hits_a = self.abstractions.nearest(vec, self.memory.budget)
-            stored = self.abstractions.get([i for i, _ in hits_a])
-            self._in_prompt += [a.id for a in stored]
-            self.decisions["retrieved_abstractions"] = [a.id for a in stored]
-            if stored:
-                blocks.append(("Stored guidance from earlier tasks", "\n\n".join(a.text for a in stored)))
+            blocks += show_abstractions(task, budget, None, PERSISTED_HEADER, sep="\n\n")
         if text:
             blocks.append((MODE_HEADERS[mode], text))
         return blocks
 
-    def _learn(self, episode: Episode, record_id: int, vec: np.ndarray) -> None:
-        state, self._episode_state = self._episode_state, {}
+    def learn(self, task: TaskContext, episode: Episode, record_id: int) -> None:
+        state = task.state
         if not state:
             return
         if not state["memory_empty"]:
-            self.outcomes.append(
-                embedding=vec, mode=state["mode"], reward=mode_reward(episode.success, state["calls"], self.bandit.config.lam),
+            task.memory.outcomes.append(
+                embedding=task.vec, mode=state["mode"],
+                reward=mode_reward(episode.success, state["calls"], self.bandit.config.lam),
                 family=episode.task_family, instruction=episode.instruction, success=episode.success,
                 synthesis_calls=state["calls"], trajectory_id=record_id)
         if self.persist_guidance and state["text"]:
-            self.store_abstraction(state["text"], episode, state["sources"], vec, "guidance")
+            task.keep_abstraction(state["text"], episode, state["sources"], task.vec, "guidance")
         # Otherwise the guidance is simply dropped: nothing of it outlives the episode.
 
-    def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "bandit": self.bandit.config.to_dict(), "fixed_mode": self.fixed_mode,
-                "random_mode": self.random_mode, "persist_guidance": self.persist_guidance}
+
+@register_policy("anti_persistence", needs=MEMORY_NEEDS, supports=MEMORY_SUPPORTS)
+class AntiPersistencePolicy(MemoryPolicy):
+    """Anti-Persistence: records kept, guidance synthesised per task in a bandit-chosen mode, then discarded.
+
+    Args:
+        backbone: the LLM for acting and synthesis (a transformers model in-process, or a server).
+        embedder: task embeddings.
+        bandit: the bandit's parameters (spec defaults), or their options as a mapping.
+        fixed_mode: always use this mode (ablation).
+        random_mode: choose the mode uniformly at random (ablation).
+        persist_guidance: store synthesised guidance instead of discarding it (ablation).
+        **kwargs: :class:`~ap_gym.policies.memory_policy.MemoryPolicy` arguments.
+    """
+
+    def __init__(self, backbone: Any, embedder: Any = None, *, bandit: BanditConfig | Mapping[str, Any] | None = None,
+                 fixed_mode: str | None = None, random_mode: bool = False, persist_guidance: bool = False,
+                 **kwargs: Any) -> None:
+        design = AntiPersistenceDesign(ModeBandit(BanditConfig.coerce(bandit)), fixed_mode, random_mode, persist_guidance)
+        super().__init__(backbone, embedder, design=design, **kwargs)
+
+    @property
+    def bandit(self) -> ModeBandit:
+        return self.design.bandit  # type: ignore[attr-defined, no-any-return]
+
+
+#: The name the paper's code and the design card use.
+AntiPersistence = AntiPersistencePolicy

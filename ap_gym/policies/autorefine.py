@@ -1,6 +1,6 @@
 """AutoRefine (after Qiu et al.): abstraction memory plus maintenance.
 
-On top of :class:`AbstractionMemory`:
+On top of abstraction memory's design:
 
 * **scoring**: every stored abstraction counts its uses in training prompts and the
   successes of those episodes; its score is (successes + 1) / (uses + 2);
@@ -18,66 +18,81 @@ On top of :class:`AbstractionMemory`:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ap_gym.policies.abstraction import AbstractionMemory
+from ap_gym.policies.abstraction import AbstractionDesign
+from ap_gym.policies.design import Block, TaskContext
+from ap_gym.policies.memory import Memory
+from ap_gym.policies.memory_policy import MEMORY_NEEDS, MEMORY_SUPPORTS, MemoryPolicy
+from ap_gym.policies.registry import register_policy
 from ap_gym.types import Episode
 
-__all__ = ["AutoRefine"]
+__all__ = ["AutoRefine", "AutoRefineDesign"]
 
 
-class AutoRefine(AbstractionMemory):
-    name = "autorefine"
+@dataclass(frozen=True)
+class AutoRefineDesign:
+    min_uses: int = 3
+    filter_below: float = 0.3
+    prune_below: float = 0.25
+    capacity: int = 100
+    evolve_every: int = 10
+    prune_every: int = 25
+    rules: AbstractionDesign = field(init=False, compare=False, repr=False)
 
-    def __init__(self, *args: Any, min_uses: int = 3, filter_below: float = 0.3, prune_below: float = 0.25,
-                 capacity: int = 100, evolve_every: int = 10, prune_every: int = 25, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.min_uses, self.filter_below, self.prune_below = min_uses, filter_below, prune_below
-        self.capacity, self.evolve_every, self.prune_every = capacity, evolve_every, prune_every
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rules", AbstractionDesign(allowed=self._allowed))
 
-    def _allowed_abstractions(self) -> list[int] | None:
-        return [a.id for a in self.abstractions.all()
-                if not (a.uses >= self.min_uses and a.score < self.filter_below)]
+    def _allowed(self, memory: Memory) -> list[int]:
+        return memory.abstractions.ids(not_below=(self.min_uses, self.filter_below))
 
-    def _learn(self, episode: Episode, record_id: int, vec: np.ndarray) -> None:
-        super()._learn(episode, record_id, vec)
-        n = len(self.trajectories)
+    def guidance(self, task: TaskContext) -> list[Block]:
+        return self.rules.guidance(task)
+
+    def learn(self, task: TaskContext, episode: Episode, record_id: int) -> None:
+        self.rules.learn(task, episode, record_id)
+        n = len(task.memory.trajectories)
         if n % self.evolve_every == 0:
-            self._evolve(episode, vec)
+            self._evolve(task, episode)
         if n % self.prune_every == 0:
-            self._prune()
+            self._prune(task.memory)
 
-    def _evolve(self, episode: Episode, vec: np.ndarray) -> None:
-        rows = self.db.conn.execute(
-            "SELECT family, max(id) FROM trajectories GROUP BY family HAVING sum(success)>0 AND sum(1-success)>0 "
-            "ORDER BY max(id) DESC LIMIT 1").fetchall()
-        if not rows:
+    def _evolve(self, task: TaskContext, episode: Episode) -> None:
+        trajectories = task.memory.trajectories
+        family = trajectories.latest_mixed_family()
+        if family is None:
             return
-        family = rows[0][0]
-        ids = self.db.conn.execute(
-            "SELECT id, success FROM trajectories WHERE family=? ORDER BY id DESC", (family,)).fetchall()
-        wins = [i for i, s in ids if s][:2]
-        losses = [i for i, s in ids if not s][:2]
-        text = self.synthesise("synth_contrastive", "maintenance",
-                               successes=self.records_text(self.trajectories.get(wins)),
-                               failures=self.records_text(self.trajectories.get(losses)))
+        outcomes = trajectories.family_outcomes(family)
+        wins = [i for i, s in outcomes if s][:2]
+        losses = [i for i, s in outcomes if not s][:2]
+        text = task.synthesise("synth_contrastive", "maintenance",
+                               successes=task.memory.records_text(trajectories.get(wins)),
+                               failures=task.memory.records_text(trajectories.get(losses)))
         sources = wins + losses
-        centre = self.trajectories.embeddings(sources).mean(axis=0)  # retrieved for tasks like its sources
-        self.store_abstraction(text, episode, sources, centre / max(float(np.linalg.norm(centre)), 1e-9), "skill")
-        self.decisions["evolved_family"] = family
+        centre = trajectories.embeddings(sources).mean(axis=0)  # retrieved for tasks like its sources
+        task.keep_abstraction(text, episode, sources, centre / max(float(np.linalg.norm(centre)), 1e-9), "skill")
+        task.decisions["evolved_family"] = family
 
-    def _prune(self) -> None:
-        active = self.abstractions.all()
-        low = [a.id for a in active if a.uses >= self.min_uses and a.score < self.prune_below]
-        self.abstractions.deactivate(low, "low score")
-        rest = sorted((a for a in active if a.id not in set(low)), key=lambda a: (a.score, a.id))
+    def _prune(self, memory: Memory) -> None:
+        active = memory.abstractions.scores()
+        low = [i for i, uses, score in active if uses >= self.min_uses and score < self.prune_below]
+        memory.abstractions.deactivate(low, "low score")
+        dropped = set(low)
+        rest = sorted((score, i) for i, _, score in active if i not in dropped)
         over = len(rest) - self.capacity
         if over > 0:
-            self.abstractions.deactivate([a.id for a in rest[:over]], "over capacity")
+            memory.abstractions.deactivate([i for _, i in rest[:over]], "over capacity")
 
-    def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "min_uses": self.min_uses, "filter_below": self.filter_below,
-                "prune_below": self.prune_below, "capacity": self.capacity,
-                "evolve_every": self.evolve_every, "prune_every": self.prune_every}
+
+@register_policy("autorefine", needs=MEMORY_NEEDS, supports=MEMORY_SUPPORTS)
+class AutoRefine(MemoryPolicy):
+    """AutoRefine: abstraction memory with scoring, filtering, skill evolution and pruning."""
+
+    def __init__(self, backbone: Any, embedder: Any = None, *, min_uses: int = 3, filter_below: float = 0.3,
+                 prune_below: float = 0.25, capacity: int = 100, evolve_every: int = 10, prune_every: int = 25,
+                 **kwargs: Any) -> None:
+        design = AutoRefineDesign(min_uses, filter_below, prune_below, capacity, evolve_every, prune_every)
+        super().__init__(backbone, embedder, design=design, **kwargs)

@@ -19,21 +19,26 @@ Rule, with the spec's defaults:
   ε-greedy with ``epsilon`` = 0.1 (uniform over modes);
 * fallback: when the neighbourhood's mean similarity is below ``rho`` (ρ = 0.7), the
   mode with the best global weighted mean reward (weights γ ** age, all entries).
+
+All of this arithmetic lives here; the outcome log only stores entries and answers
+queries (nearest entries, every entry's mode and reward in log order). The global
+weighted sums are kept up to date as the log grows, entry by entry, so a million-entry
+log costs one pass once rather than one per task.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from ap_gym.memory.store import LogEntry, sums_from_arrays
+from ap_gym.memory.store import LogEntry
 
-__all__ = ["MODES", "BanditConfig", "Choice", "EntryList", "LogView", "ModeBandit", "mode_reward"]
+__all__ = ["MODES", "BanditConfig", "Choice", "EntryList", "LogView", "ModeBandit", "mode_reward", "sums_from_arrays"]
 
 MODES = ("none", "imitation", "strategic", "corrective")
 
@@ -49,6 +54,13 @@ class BanditConfig:
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
+
+    @classmethod
+    def coerce(cls, value: BanditConfig | Mapping[str, Any] | None) -> BanditConfig:
+        """A BanditConfig from itself, a plain mapping (YAML) or ``None`` (the defaults)."""
+        if value is None:
+            return cls()
+        return value if isinstance(value, cls) else cls(**dict(value))
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,16 @@ def mode_reward(success: bool, synthesis_calls: int, lam: float = 0.05) -> float
     return max(-1.0, min(1.0, float(success) - lam * synthesis_calls))
 
 
+def sums_from_arrays(codes: np.ndarray, rewards: np.ndarray, names: Sequence[str],
+                     gamma: float) -> dict[str, tuple[float, float]]:
+    """Per mode: (sum of gamma**age x reward, sum of gamma**age) over the whole log."""
+    n = len(codes)
+    weights = gamma ** (n - 1 - np.arange(n, dtype=np.float64))
+    rewarded = np.bincount(codes, weights=weights * rewards, minlength=len(names))
+    total = np.bincount(codes, weights=weights, minlength=len(names))
+    return {m: (float(rewarded[i]), float(total[i])) for i, m in enumerate(names)}
+
+
 class LogView(Protocol):
     """What the bandit reads from an outcome log (an :class:`~ap_gym.memory.store.OutcomeLog`
     answers it through its similarity index, so a million entries cost milliseconds)."""
@@ -77,7 +99,7 @@ class LogView(Protocol):
 
     def neighbours(self, query: np.ndarray, k: int) -> list[tuple[int, float, str, float, int]]: ...
 
-    def global_sums(self, gamma: float) -> dict[str, tuple[float, float]]: ...
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, list[str]]: ...
 
 
 class EntryList:
@@ -99,20 +121,51 @@ class EntryList:
         return [(int(i), float(sims[i]), self.entries[i].mode, self.entries[i].reward, self.entries[i].seq)
                 for i in order]
 
-    def global_sums(self, gamma: float) -> dict[str, tuple[float, float]]:
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
         names = list(dict.fromkeys(e.mode for e in self.entries))
         codes = np.array([names.index(e.mode) for e in self.entries], dtype=np.int64)
-        return sums_from_arrays(codes, np.array([e.reward for e in self.entries], dtype=np.float64), names, gamma)
+        return codes, np.array([e.reward for e in self.entries], dtype=np.float64), names
 
 
 def _view(log: LogView | Sequence[LogEntry]) -> LogView:
-    return log if hasattr(log, "neighbours") else EntryList(log)  # type: ignore[arg-type]
+    return EntryList(log) if isinstance(log, Sequence) else log
+
+
+class _GlobalSums:
+    """Recency-weighted reward sums per mode over a whole log, kept up to date as it grows.
+
+    Computed in one pass the first time a log is seen; each entry appended later ages the
+    sums by γ and adds its reward, so a long log is read once.
+    """
+
+    def __init__(self, gamma: float) -> None:
+        self.gamma = gamma
+        self._log: LogView | None = None
+        self._seen = 0
+        self._sums: dict[str, list[float]] = {}
+
+    def __call__(self, log: LogView) -> dict[str, tuple[float, float]]:
+        codes, rewards, names = log.arrays()
+        n = len(codes)
+        if self._log is not log or n < self._seen:
+            self._log, self._seen = log, n
+            self._sums = {m: list(v) for m, v in sums_from_arrays(codes, rewards, names, self.gamma).items()}
+        for j in range(self._seen, n):  # every older entry ages by one
+            for pair in self._sums.values():
+                pair[0] *= self.gamma
+                pair[1] *= self.gamma
+            pair = self._sums.setdefault(names[int(codes[j])], [0.0, 0.0])
+            pair[0] += float(rewards[j])
+            pair[1] += 1.0
+        self._seen = n
+        return {m: (v[0], v[1]) for m, v in self._sums.items()}
 
 
 class ModeBandit:
     def __init__(self, config: BanditConfig | None = None, modes: Sequence[str] = MODES) -> None:
         self.config = config or BanditConfig()
         self.modes = tuple(modes)
+        self._global = _GlobalSums(self.config.gamma)
 
     def select(self, query: np.ndarray, log: LogView | Sequence[LogEntry], rng: random.Random) -> Choice:
         """Choose a mode for a task with embedding ``query`` given the outcome log."""
@@ -161,7 +214,7 @@ class ModeBandit:
         return Choice(best, "ucb", util, mean_sim, seqs)
 
     def global_means(self, log: LogView | Sequence[LogEntry]) -> dict[str, float | None]:
-        sums = _view(log).global_sums(self.config.gamma)
+        sums = self._global(_view(log))
         out: dict[str, float | None] = {}
         for m in self.modes:
             rewarded, total = sums.get(m, (0.0, 0.0))

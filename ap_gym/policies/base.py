@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ap_gym.policies.registry import spec_of
 from ap_gym.types import Episode, PolicyTrace, StepTrace, Usage, UsageMeter
 
 __all__ = ["BasePolicy"]
@@ -35,10 +36,14 @@ class BasePolicy:
         return self.train(False)
 
     def begin(self, observation: str, info: Mapping[str, Any]) -> None:
+        self.reset_episode()
+        self._begin(observation, info)
+
+    def reset_episode(self) -> None:
+        """Forget the last episode's usage, steps and decisions."""
         self.meter.reset()
         self._steps = []
         self.decisions = {}
-        self._begin(observation, info)
 
     def _begin(self, observation: str, info: Mapping[str, Any]) -> None:
         """Per-episode set-up; the default does nothing."""
@@ -56,5 +61,5 @@ class BasePolicy:
         return None
 
     def spec(self) -> dict[str, Any]:
-        """Name and arguments that re-create this policy (saved with results)."""
-        return {"name": type(self).__name__}
+        """Name and arguments that re-create this policy (recorded by the registry)."""
+        return spec_of(self)

@@ -1,22 +1,21 @@
-"""Joint memory: trajectory memory and abstraction memory together."""
+"""Joint memory: trajectory memory and abstraction memory together (their designs composed)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from ap_gym.policies.abstraction import AbstractionMemory
-from ap_gym.policies.trajectory import TrajectoryMemory
+from ap_gym.policies.abstraction import AbstractionDesign
+from ap_gym.policies.design import Composite
+from ap_gym.policies.memory_policy import MEMORY_NEEDS, MEMORY_SUPPORTS, MemoryPolicy
+from ap_gym.policies.registry import register_policy
+from ap_gym.policies.trajectory import TrajectoryDesign
 
 __all__ = ["JointMemory"]
 
 
-class JointMemory(AbstractionMemory):
-    """Stored lessons first, then the B most similar records."""
+@register_policy("joint", needs=MEMORY_NEEDS, supports=MEMORY_SUPPORTS)
+class JointMemory(MemoryPolicy):
+    """Joint memory: stored lessons first, then the B most similar records."""
 
-    name = "joint"
-
-    def _guidance(self, vec: np.ndarray, info: Mapping[str, Any]) -> list[tuple[str, str]]:
-        return self.abstraction_block(vec) + TrajectoryMemory._guidance(self, vec, info)  # type: ignore[arg-type]
+    def __init__(self, backbone: Any, embedder: Any = None, **kwargs: Any) -> None:
+        super().__init__(backbone, embedder, design=Composite((AbstractionDesign(), TrajectoryDesign())), **kwargs)

@@ -33,9 +33,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from ap_gym.backbones.base import Backbone, GenerationConfig, Message
+from ap_gym.backbones.base import Backbone, EpisodeCache, GenerationConfig, Message
 from ap_gym.policies.base import BasePolicy
 from ap_gym.policies.prompting import load_prompt
+from ap_gym.policies.registry import register_policy
 
 __all__ = ["AgentConfig", "NoMemory", "ReActAgent", "normalise_action"]
 
@@ -72,6 +73,18 @@ class AgentConfig:
         d["generation"] = self.generation.to_dict()
         return d
 
+    @classmethod
+    def coerce(cls, value: AgentConfig | Mapping[str, Any] | None) -> AgentConfig:
+        """An AgentConfig from itself, a plain mapping (YAML) or ``None`` (the defaults)."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        options = dict(value)
+        if isinstance(options.get("generation"), Mapping):
+            options["generation"] = GenerationConfig.coerce(options["generation"])
+        return cls(**options)
+
 
 def normalise_action(text: str, admissible: Sequence[str] | None = None) -> tuple[str, bool]:
     """Turn raw model output into a command; returns ``(action, parse_failure)``."""
@@ -92,40 +105,42 @@ def normalise_action(text: str, admissible: Sequence[str] | None = None) -> tupl
 
 
 class ReActAgent(BasePolicy):
-    """The acting agent; memory designs subclass it and fill ``self.guidance`` (with headers).
+    """The acting agent. A memory policy wraps it and hands it guidance (with headers) at
+    the start of each episode (:meth:`start`).
 
     Args:
         backbone: any :class:`~ap_gym.backbones.base.Backbone`.
-        config: an :class:`AgentConfig`.
+        config: an :class:`AgentConfig` (or its options as a mapping).
     """
 
-    def __init__(self, backbone: Backbone, config: AgentConfig | None = None) -> None:
+    def __init__(self, backbone: Backbone, config: AgentConfig | Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self.backbone = backbone
-        self.config = config or AgentConfig()
+        self.config = AgentConfig.coerce(config)
         self.reset_options = {"admissible_commands": self.config.action_mode == "choose" or self.config.list_admissible}
         self.guidance: str | None = None
         self._system = ""
         self._turns: list[Message] = []
 
     # --------------------------------------------------------------- prompt
-    def _begin(self, observation: str, info: Mapping[str, Any]) -> None:
+    def reset_episode(self) -> None:
+        super().reset_episode()
         # KV-cache reuse is within an episode only: every episode computes the same
         # numbers whichever episodes ran before it (so worker count never changes results).
-        reset_cache = getattr(self.backbone, "reset_cache", None)
-        if reset_cache is not None:
-            reset_cache()
-        self.guidance = None
-        self._prepare(observation, info)  # memory designs set self.guidance here
+        if isinstance(self.backbone, EpisodeCache):
+            self.backbone.reset_cache()
+
+    def _begin(self, observation: str, info: Mapping[str, Any]) -> None:
+        self.start(observation, info)
+
+    def start(self, observation: str, info: Mapping[str, Any], guidance: str | None = None) -> None:
+        """Set up the episode's prompt: the instruction and, when given, the guidance block."""
+        self.guidance = guidance
         system = load_prompt("acting_system").format(instruction=info.get("instruction", ""))
         if self.guidance:
             system += "\n\n" + self.guidance
         self._system = system
         self._turns = []
-        self._pending_obs = observation
-
-    def _prepare(self, observation: str, info: Mapping[str, Any]) -> None:
-        """Hook for memory designs: retrieve, synthesise, set ``self.guidance``."""
 
     def _cut(self, text: str) -> str:
         limit = self.config.max_observation_chars
@@ -155,11 +170,11 @@ class ReActAgent(BasePolicy):
         admissible = list(info.get("admissible_commands") or [])
         messages = self.messages(observation, admissible)
         if self.config.action_mode == "choose" and admissible:
-            scores = self.backbone.score(messages, admissible, self.config.reduction)
+            scored = self.backbone.score(messages, admissible, self.config.reduction)
+            scores = scored.values
             best = max(range(len(admissible)), key=lambda i: scores[i])
             action, failure = admissible[best], False
-            prompt_tokens, cand_tokens = getattr(self.backbone, "last_score_tokens", (0, 0))
-            self.meter.record("acting", prompt_tokens + cand_tokens, 0)
+            self.meter.record("acting", scored.tokens, 0)
             top = sorted(range(len(admissible)), key=lambda i: -scores[i])[:3]
             response = f"chose {action!r} ({self.config.reduction} log-lik {scores[best]:.3f}); top: " + \
                 ", ".join(f"{admissible[i]!r}={scores[i]:.3f}" for i in top)
@@ -172,16 +187,14 @@ class ReActAgent(BasePolicy):
         self._turns += [{"role": "user", "content": self._cut(observation)}, {"role": "assistant", "content": action}]
         return action
 
-    def _describe(self) -> dict[str, Any]:
-        describe = getattr(self.backbone, "describe", None)
-        return {"agent": self.config.to_dict(), "backbone": describe() if describe else self.backbone.identity}
-
-    def spec(self) -> dict[str, Any]:
-        return {"name": "react", **self._describe()}
+    def describe(self) -> dict[str, Any]:
+        """The agent's options and its backbone, saved with results."""
+        return {"agent": self.config.to_dict(), "backbone": self.backbone.describe()}
 
 
+@register_policy("no_memory", needs=("backbone",))
 class NoMemory(ReActAgent):
     """The acting agent alone: the no-memory baseline."""
 
-    def spec(self) -> dict[str, Any]:
-        return {"name": "no_memory", **self._describe()}
+    def __init__(self, backbone: Backbone, agent: AgentConfig | Mapping[str, Any] | None = None) -> None:
+        super().__init__(backbone, agent)

@@ -18,42 +18,41 @@ same one; on the training tasks that recur across iterations this includes the s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from ap_gym.policies.abstraction import AbstractionMemory
+from ap_gym.policies.abstraction import show_abstractions
+from ap_gym.policies.design import Block, TaskContext
 from ap_gym.policies.memory import format_record
+from ap_gym.policies.memory_policy import MEMORY_NEEDS, MEMORY_SUPPORTS, MemoryPolicy
+from ap_gym.policies.registry import register_policy
 from ap_gym.types import Episode
 
-__all__ = ["Reflexion"]
+__all__ = ["Reflexion", "ReflexionDesign"]
 
 HEADER = "Reflections on earlier failed attempts"
 
 
-class Reflexion(AbstractionMemory):
-    name = "reflexion"
+@dataclass(frozen=True)
+class ReflexionDesign:
+    max_reflections: int = 3
 
-    def __init__(self, *args: Any, max_reflections: int = 3, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.max_reflections = max_reflections
+    def guidance(self, task: TaskContext) -> list[Block]:
+        reflections = task.memory.abstractions.ids(kind="reflection")
+        return show_abstractions(task, self.max_reflections, reflections, HEADER)
 
-    def retrieve_abstractions(self, vec: np.ndarray) -> list[tuple[int, str, float]]:
-        reflections = [a.id for a in self.abstractions.all() if a.kind == "reflection"]
-        hits = self.abstractions.nearest(vec, self.max_reflections, reflections)
-        texts = {a.id: a.text for a in self.abstractions.get([i for i, _ in hits])}
-        return [(i, texts[i], s) for i, s in hits if i in texts]
-
-    def _guidance(self, vec: np.ndarray, info: Mapping[str, Any]) -> list[tuple[str, str]]:
-        return self.abstraction_block(vec, HEADER)
-
-    def _learn(self, episode: Episode, record_id: int, vec: np.ndarray) -> None:
+    def learn(self, task: TaskContext, episode: Episode, record_id: int) -> None:
         if episode.success:
             return
-        record = self.trajectories.get([record_id])[0]
-        text = self.synthesise("reflection", "reflection", records=format_record(record, self.memory.record_chars))
-        self.store_abstraction(text, episode, [record_id], vec, "reflection")
+        memory = task.memory
+        record = memory.trajectories.get([record_id])[0]
+        text = task.synthesise("reflection", "reflection", records=format_record(record, memory.config.record_chars))
+        task.keep_abstraction(text, episode, [record_id], task.vec, "reflection")
 
-    def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "max_reflections": self.max_reflections}
+
+@register_policy("reflexion", needs=MEMORY_NEEDS, supports=MEMORY_SUPPORTS)
+class Reflexion(MemoryPolicy):
+    """Reflexion: a reflection per failed training episode, the nearest ones shown."""
+
+    def __init__(self, backbone: Any, embedder: Any = None, *, max_reflections: int = 3, **kwargs: Any) -> None:
+        super().__init__(backbone, embedder, design=ReflexionDesign(max_reflections), **kwargs)

@@ -13,10 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ap_gym.policies.base import BasePolicy
+from ap_gym.policies.registry import register_policy
 
 __all__ = ["RandomPolicy", "WalkthroughPolicy"]
 
 
+@register_policy("random", needs=("seed",))
 class RandomPolicy(BasePolicy):
     """Uniform choice among ``info["admissible_commands"]``.
 
@@ -40,10 +42,8 @@ class RandomPolicy(BasePolicy):
         self.record_step()
         return action
 
-    def spec(self) -> dict[str, Any]:
-        return {"name": "random", "seed": self.seed}
 
-
+@register_policy("walkthrough")
 class WalkthroughPolicy(BasePolicy):
     """Replays ``info["walkthrough"]``, which envs supply when reset with ``walkthrough=True``.
 
@@ -70,6 +70,3 @@ class WalkthroughPolicy(BasePolicy):
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         self.record_step()
         return self._plan.pop(0) if self._plan else "look"
-
-    def spec(self) -> dict[str, Any]:
-        return {"name": "walkthrough"}

@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
+from ap_gym.policies.design import Block, TaskContext
+from ap_gym.policies.memory_policy import MEMORY_NEEDS, MEMORY_SUPPORTS, MemoryPolicy
+from ap_gym.policies.registry import register_policy
+from ap_gym.types import Episode
 
-from ap_gym.policies.memory import MemoryPolicy
-
-__all__ = ["TrajectoryMemory"]
+__all__ = ["TrajectoryDesign", "TrajectoryMemory"]
 
 HEADER = "Related past attempts (for reference; they were different tasks)"
 
 
-class TrajectoryMemory(MemoryPolicy):
+class TrajectoryDesign:
     """The B most similar records, whatever their outcome, shown with their outcomes."""
 
-    name = "trajectory"
+    def guidance(self, task: TaskContext) -> list[Block]:
+        hits = task.memory.retrieve_records(task.vec, task.memory.config.budget)
+        task.decisions["retrieved_records"] = [r.id for r, _ in hits]
+        task.decisions["similarities"] = [round(s, 4) for _, s in hits]
+        return [(HEADER, task.memory.records_text([r for r, _ in hits]))] if hits else []
 
-    def _guidance(self, vec: np.ndarray, info: Mapping[str, Any]) -> list[tuple[str, str]]:
-        hits = self.retrieve_records(vec, self.memory.budget)
-        self.decisions["retrieved_records"] = [r.id for r, _ in hits]
-        self.decisions["similarities"] = [round(s, 4) for _, s in hits]
-        return [(HEADER, self.records_text([r for r, _ in hits]))] if hits else []
+    def learn(self, task: TaskContext, episode: Episode, record_id: int) -> None:
+        """Nothing beyond the record, which every memory policy stores."""
+
+
+@register_policy("trajectory", needs=MEMORY_NEEDS, supports=MEMORY_SUPPORTS)
+class TrajectoryMemory(MemoryPolicy):
+    """Trajectory memory: the B most similar records in the prompt."""
+
+    def __init__(self, backbone: Any, embedder: Any = None, **kwargs: Any) -> None:
+        super().__init__(backbone, embedder, design=TrajectoryDesign(), **kwargs)

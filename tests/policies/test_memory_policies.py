@@ -6,10 +6,10 @@ import gymnasium as gym
 import pytest
 
 import ap_gym
-from ap_gym.policies import MODES, AbstractionMemory, AntiPersistence, make_policy
+from ap_gym.policies import MODES, AntiPersistence, MemoryPolicy, make_policy
 from ap_gym.policies.anti_persistence import MODE_HEADERS
 from ap_gym.types import Termination
-from tests.envs.test_base import Counter
+from tests.helpers import Counter
 
 MEMORY = ["trajectory", "abstraction", "joint", "reflexion", "autorefine", "anti_persistence"]
 GEN = {"action_mode": "generate", "generation": {"max_new_tokens": 4}}
@@ -160,7 +160,7 @@ def test_infrastructure_failures_and_failed_embeddings_are_not_learned(tiny_back
         def embed(self, texts):
             raise RuntimeError("embedding server down")
 
-    policy.embedder = Broken()
+    policy.memory.embedder = Broken()
     ep = train(policy, 1)[0]
     assert "embedding server down" in ep.policy_info["embedding_failed"]
     assert (len(policy.trajectories), len(policy.outcomes)) == (3, 2)
@@ -188,7 +188,7 @@ def test_admission_filter_and_frozen_layer(tiny_backbone, embedder, tmp_path):
     judged = make("reflexion", tiny_backbone, embedder, tmp_path, admission="llm")
     ep = train(judged, 1)[0]
     assert ep.usage.calls_for("maintenance") == 1 and ep.usage.calls_for("reflection") == 1
-    assert isinstance(judged, AbstractionMemory) and not isinstance(judged, AntiPersistence)
+    assert isinstance(judged, MemoryPolicy) and not isinstance(judged, AntiPersistence)
 
 
 @pytest.mark.slow

@@ -4,12 +4,12 @@ import gymnasium as gym
 import pytest
 
 import ap_gym
-from ap_gym.backbones import Completion, GenerationConfig, OpenAIBackbone
+from ap_gym.backbones import Completion, GenerationConfig, OpenAIBackbone, Scores
 from ap_gym.backbones.server import BackboneServer
 from ap_gym.policies import AgentConfig, NoMemory
 from ap_gym.policies.react import normalise_action
 from ap_gym.types import Termination
-from tests.envs.test_base import Counter
+from tests.helpers import Counter
 
 
 @pytest.mark.parametrize(
@@ -47,7 +47,10 @@ class Scripted:
 
     def score(self, messages, candidates, reduction="sum"):
         self.seen.append(messages)
-        return [1.0 if c == "add" else 0.0 for c in candidates]
+        return Scores(tuple(1.0 if c == "add" else 0.0 for c in candidates), 7, len(candidates))
+
+    def describe(self):
+        return {"kind": "scripted"}
 
 
 def test_malformed_output_never_crashes_and_is_counted():
@@ -64,6 +67,7 @@ def test_prompt_and_response_are_in_the_episode():
     agent = NoMemory(backbone, AgentConfig(action_mode="choose")).eval()
     ep = ap_gym.run_episode(Counter(), agent, task_id="c/1")
     assert ep.success and ep.num_steps == 3
+    assert ep.usage.prompt_tokens["acting"] == 3 * (7 + 2)  # the scores' own token counts
     for step in ep.steps:
         assert "Count to three." in step.prompt and "Admissible commands: add, quit" in step.prompt
         assert step.response.startswith("chose 'add'")

@@ -1,0 +1,122 @@
+"""What distinguishes one memory design from another: what it retrieves, what it writes.
+
+A :class:`Design` answers two questions and nothing else:
+
+* ``guidance(task)``: the blocks (header, text) to put in the acting prompt for this
+  task, read from the memory (retrieval, and synthesis when the design synthesises);
+* ``learn(task, episode, record_id)``: after a training episode whose record is stored,
+  what else to write (abstractions, reflections, bandit feedback, maintenance).
+
+Both receive a :class:`TaskContext`: the memory, the task's embedding and info, the
+decision record that ends up in the Episode, the abstraction ids shown in the prompt,
+scratch state kept from ``guidance`` to ``learn``, and the calls that cost LLM calls
+(``synthesise``, ``keep_abstraction`` with its admission judge), counted under their
+purposes. Designs compose: :class:`Composite` shows its parts' blocks in order and lets
+each learn (joint memory is abstraction memory's design followed by trajectory memory's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ap_gym.backbones.base import Backbone
+from ap_gym.policies.memory import Memory
+from ap_gym.policies.prompting import load_prompt
+from ap_gym.types import Episode, UsageMeter
+
+__all__ = ["Admission", "Block", "Composite", "Design", "Synthesiser", "TaskContext"]
+
+#: A guidance block: (header, text).
+Block = tuple[str, str]
+#: A judge of new abstractions: ``(text, episode) -> admit?``.
+Admission = Callable[[str, Episode], bool]
+
+
+@dataclass
+class Synthesiser:
+    """LLM calls a design makes besides acting, each counted under its purpose."""
+
+    backbone: Backbone
+    meter: UsageMeter
+    memory: Memory
+
+    def synthesise(self, prompt_name: str, purpose: str = "synthesis", **fields: str) -> str:
+        """One LLM call with a packaged prompt (``ap_gym/policies/prompts/<name>.txt``)."""
+        prompt = load_prompt(prompt_name).format(**fields)
+        completion = self.backbone.generate([{"role": "user", "content": prompt}], self.memory.config.synthesis)
+        self.meter.record(purpose, completion.prompt_tokens, completion.completion_tokens)
+        return completion.text.strip()
+
+
+@dataclass
+class TaskContext:
+    """One task as a design sees it, from ``guidance`` to ``learn``."""
+
+    memory: Memory
+    vec: np.ndarray
+    info: Mapping[str, Any]
+    decisions: dict[str, Any]
+    synthesiser: Synthesiser
+    admission: Admission | str | None = None
+    #: ids of the stored abstractions shown in this task's prompt (their provenance).
+    in_prompt: list[int] = field(default_factory=list)
+    #: what a design keeps from ``guidance`` for ``learn`` (never beyond the episode).
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def task_id(self) -> str:
+        return str(self.info.get("task_id", ""))
+
+    @property
+    def instruction(self) -> str:
+        return str(self.info.get("instruction", ""))
+
+    def synthesise(self, prompt_name: str, purpose: str = "synthesis", **fields: str) -> str:
+        return self.synthesiser.synthesise(prompt_name, purpose, **fields)
+
+    def admit(self, text: str, episode: Episode) -> bool:
+        """The admission judge's verdict on a new abstraction (``None`` admits all)."""
+        if not text:
+            return False
+        if self.admission is None:
+            return True
+        if self.admission == "llm":
+            answer = self.synthesise("admission_judge", "maintenance", instruction=episode.instruction,
+                                     outcome="success" if episode.success else "failure", text=text)
+            return answer.strip().lower().startswith("yes")
+        return bool(self.admission(text, episode))  # type: ignore[operator]
+
+    def keep_abstraction(self, text: str, episode: Episode, sources: list[int], vec: np.ndarray,
+                         kind: str) -> int | None:
+        """Admit and store ``text`` with its provenance; a rejection is recorded."""
+        if not self.admit(text, episode):
+            self.decisions.setdefault("rejected_abstractions", []).append(text)
+            return None
+        return self.memory.add_abstraction(text, kind, vec, sources)
+
+
+@runtime_checkable
+class Design(Protocol):
+    """What a memory design retrieves for a task and writes after a training episode."""
+
+    def guidance(self, task: TaskContext) -> list[Block]: ...
+
+    def learn(self, task: TaskContext, episode: Episode, record_id: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class Composite:
+    """Several designs as one: their blocks in order; each learns in turn."""
+
+    parts: Sequence[Design]
+
+    def guidance(self, task: TaskContext) -> list[Block]:
+        return [block for part in self.parts for block in part.guidance(task)]
+
+    def learn(self, task: TaskContext, episode: Episode, record_id: int) -> None:
+        for part in self.parts:
+            part.learn(task, episode, record_id)
