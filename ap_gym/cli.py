@@ -18,13 +18,21 @@ def _cmd_list(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     import ap_gym  # noqa: F401
-    from ap_gym.envs import ENV_IDS
+    from ap_gym.envs import benchmark_names, resolve_benchmark
+    from ap_gym.policies import get_policy, policy_names
 
     if not args.env:
-        for env_id in ENV_IDS:
-            print(env_id)
+        for short, env_id in benchmark_names().items():
+            print(f"{short}\t{env_id}")
+        print()
+        for name in policy_names():
+            info = get_policy(name)
+            print(f"policy {name}\tneeds: {', '.join(sorted(info.needs)) or '-'}\t{info.description}")
         return 0
-    env_id = args.env if args.env.startswith("ap_gym/") else _env_id(args.env)
+    try:
+        env_id = resolve_benchmark(args.env)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     env = gym.make(env_id)
     try:
         for tid in env.unwrapped.task_ids(args.split):
@@ -32,15 +40,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
     finally:
         env.close()
     return 0
-
-
-def _env_id(name: str) -> str:
-    from ap_gym.envs import ENV_IDS
-
-    for env_id in ENV_IDS:
-        if env_id.split("/")[1].split("-")[0].lower() == name.lower():
-            return env_id
-    raise SystemExit(f"unknown benchmark {name!r}; choose from {', '.join(ENV_IDS)}")
 
 
 def _cmd_games(args: argparse.Namespace) -> int:
@@ -91,7 +90,7 @@ def _print_final(run_dir: object) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ap_gym.protocol import load_episodes
+    from ap_gym.protocol.results import load_episodes
 
     lines = [x for x in load_episodes(run_dir) if x["phase"] == "eval"]
     last = max((x["iteration"] for x in lines), default=0)
@@ -109,7 +108,7 @@ def _print_final(run_dir: object) -> None:
 def _cmd_report(args: argparse.Namespace) -> int:
     from ap_gym.report import write_report
 
-    out = write_report(args.runs, out=args.out, benchmark_labeller=not args.no_audit)
+    out = write_report(args.runs, out=args.out, benchmark_labeller=not args.no_audit, method=args.method)
     print(f"report: {out}")
     return 0
 
@@ -125,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ap-gym", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("list", help="list environments, or the tasks of one benchmark")
+    p = sub.add_parser("list", help="list benchmarks and policies, or the tasks of one benchmark")
     p.add_argument("env", nargs="?", help="benchmark name or env id, e.g. textworld")
     p.add_argument("--split", default="test", choices=["train", "test"])
     p.set_defaults(func=_cmd_list)
@@ -158,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", help="run directories (results/<name>)")
     p.add_argument("--out", help="where to write the report (default: <first run>/report)")
     p.add_argument("--no-audit", action="store_true", help="skip the error-reproduction audit")
+    p.add_argument("--method", default="anti_persistence",
+                   help="the policy compared against every other one (default: anti_persistence)")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("serve", help="serve a transformers model over an OpenAI-compatible HTTP API")
@@ -169,8 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ap_gym.protocol.config import ConfigError
+
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        print(f"ap-gym: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

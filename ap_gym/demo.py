@@ -45,8 +45,10 @@ def run_demo(tasks_per_benchmark: int = 3, out: str | Path = "results/demo", bac
     rows: list[tuple[str, str, Episode]] = []
     console.log("loading the backbone (the first run converts the packaged GGUF, ~20 s)")
     agent = NoMemory(make_backbone(backbone)).eval()
-    for bench, env_id in (("textworld", "ap_gym/TextWorld-v0"), ("scienceworld", "ap_gym/ScienceWorld-v0")):
-        env = gym.make(env_id, split="test")
+    from ap_gym.envs import resolve_benchmark
+
+    for bench in ("textworld", "scienceworld"):
+        env = gym.make(resolve_benchmark(bench), split="test")
         try:
             for task_id in env.unwrapped.task_ids("test")[:: max(1, 20 // tasks_per_benchmark)][:tasks_per_benchmark]:
                 for name, policy in (("no_memory", agent), ("random", RandomPolicy(seed=0)),

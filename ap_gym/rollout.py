@@ -56,10 +56,11 @@ def run_episode(
         added to its usage.
     """
     recorder = env if isinstance(env, RecordEpisode) else RecordEpisode(env)
+    # ``reset_options`` is optional: a policy that needs nothing from the env need not say so
     opts: dict[str, Any] = {**dict(getattr(policy, "reset_options", {}) or {}), **(options or {})}
     if task_id is not None:
         opts["task_id"] = task_id
-    training = bool(getattr(policy, "training", False))
+    training = bool(policy.training)
 
     try:
         obs, info = recorder.reset(seed=seed, options=opts)
@@ -73,12 +74,12 @@ def run_episode(
         while not (terminated or truncated):
             action = policy.act(obs, info)
             obs, _reward, terminated, truncated, info = recorder.step(action)
-            if max_steps is not None and len(recorder._steps) >= max_steps and not terminated:
+            if max_steps is not None and recorder.num_steps >= max_steps and not terminated:
                 truncated = True
         episode = recorder.episode or recorder.build(info, terminated, truncated)
     except InfrastructureError as e:
         episode = recorder.build(
-            recorder._start_info, False, False, termination=Termination.INFRA,
+            recorder.start_info, False, False, termination=Termination.INFRA,
             error=f"{type(e).__name__}: {e}",
         )
     return _finish(policy, episode, seed, training)
@@ -118,9 +119,6 @@ def _failed_start(env: gym.Env, task_id: str | None, seed: int | None, e: Except
         steps=(), success=False, score=None, max_score=None, termination=Termination.INFRA,
         error=f"reset failed: {type(e).__name__}: {e}", seed=seed, training=training,
     )
-
-
-
 
 
 def run_episodes(

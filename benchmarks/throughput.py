@@ -3,7 +3,7 @@
 The protocol's frozen held-out evaluation (no-memory agent, ``choose`` mode) on the same
 TextWorld held-out tasks, timed through the protocol's own executor code:
 
-* **workers**: 1, 2 and 4 workers with the local executor (a spawned process pool; one
+* **workers**: 1, 2 and 4 workers with the local executor (spawned worker processes; one
   worker runs in this process) and with Ray (actors on a Ray instance started here,
   loopback only). Workers are warmed first (processes started, model and env loaded,
   one task each), as a long run amortises that; the warm-up time is printed too.
@@ -24,38 +24,34 @@ import os
 import time
 from typing import Any
 
-from ap_gym import protocol
-from ap_gym.protocol import RunConfig, build_policy, heldout_subset, make_env
+from ap_gym.protocol import RunConfig, Runner, heldout_subset
+from ap_gym.protocol.executors.ray import init_ray
+from ap_gym.protocol.setting import Setting, build_policy, make_env
 
 
 def evaluate(config: RunConfig, tasks: list[str], repeat: int = 1) -> tuple[float, float, list[Any]]:
     """(warm-up seconds, median timed seconds over ``repeat`` passes, episodes) for one configuration."""
-    spec = config.policies[0]
-    env = make_env("textworld", {}, config.max_steps)
-    policy = build_policy(spec, config, None, 0).eval()  # type: ignore[arg-type]
-    t = time.perf_counter()
-    warm = [(i, tasks[i % len(tasks)]) for i in range(config.workers * config.lanes)]
-    list(protocol._evaluate(config, "textworld", spec, 0, env, policy, "", warm))
-    warmup = time.perf_counter() - t
-    times = []
-    for _ in range(repeat):
+    runner = Runner(config)
+    setting = Setting("textworld", config.policies[0], 0)
+    env = make_env(config, "textworld")
+    policy = build_policy(setting.policy, config, None, 0, runner.resources).eval()  # type: ignore[arg-type]
+    try:
         t = time.perf_counter()
-        results = dict(protocol._evaluate(config, "textworld", spec, 0, env, policy, "", list(enumerate(tasks))))
-        times.append(time.perf_counter() - t)
+        warm = [(i, tasks[i % len(tasks)]) for i in range(config.workers * config.lanes)]
+        list(runner.evaluate(setting, env, policy, "", warm))
+        warmup = time.perf_counter() - t
+        times = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            results = dict(runner.evaluate(setting, env, policy, "", list(enumerate(tasks))))
+            times.append(time.perf_counter() - t)
+    finally:
+        env.close()
+        runner.close()
     seconds = sorted(times)[len(times) // 2]
-    env.close()
-    episodes = [(r["episode"]["task_id"], [s["action"] for s in r["episode"]["steps"]], r["episode"]["success"])
+    episodes = [(r.episode["task_id"], [s["action"] for s in r.episode["steps"]], r.episode["success"])
                 for _, r in sorted(results.items())]
     return warmup, seconds, episodes
-
-
-def shutdown() -> None:
-    if protocol._POOL is not None:
-        protocol._POOL.shutdown()
-        protocol._POOL = None
-    protocol._close_worker()
-    protocol._ray_shutdown_actors()
-    protocol._WORKER.pop("threads", None)
 
 
 def main() -> None:
@@ -73,13 +69,13 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if not args.lanes_only:
         t = time.perf_counter()
-        protocol._ray_init(RunConfig())
+        init_ray(RunConfig())
         print(f"Ray local instance started in {time.perf_counter() - t:.1f} s (not counted below)\n")
     figures: list[dict[str, Any]] = []
     for backbone in args.backbones:
         n_tasks = args.tasks if backbone == "tiny" else args.default_tasks
         max_steps = args.max_steps if backbone == "tiny" else args.default_max_steps
-        probe = make_env("textworld", {}, max_steps)
+        probe = make_env(RunConfig(max_steps=max_steps), "textworld")
         tasks = heldout_subset(probe.unwrapped.task_ids("test"), n_tasks)
         probe.close()
         print(f"backbone {backbone}: {len(tasks)} TextWorld held-out tasks, at most {max_steps} steps")
@@ -93,7 +89,6 @@ def main() -> None:
                 "max_steps": max_steps, "workers": workers, "executor": executor, "lanes": lanes,
             })
             warmup, seconds, episodes = evaluate(config, tasks, args.repeat)
-            shutdown()
             reference = reference or episodes
             rate = 60 * len(episodes) / seconds
             same = episodes == reference

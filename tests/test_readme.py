@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -16,8 +21,27 @@ def _blocks() -> list[str]:
 
 def test_add_your_own_environment_example_runs(capsys):
     block = next(b for b in _blocks() if "class Vault" in b)
-    exec(compile(block, "README-vault", "exec"), {"__name__": "readme"})
+    exec(compile(block, "README-vault", "exec"), {"__name__": "__main__"})
     assert "Open the vault. | True" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_vault_and_a_user_policy_run_under_ap_gym_run(tmp_path):
+    """The README's module and config, through the CLI with two worker processes."""
+    (tmp_path / "my_envs.py").write_text(next(b for b in _blocks() if "class Vault" in b))
+    config = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.S)[0])
+    config["out"] = str(tmp_path / "results")
+    (tmp_path / "vault.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    for command in (["run", str(tmp_path / "vault.yaml")], ["report", str(tmp_path / "results/vault")]):
+        done = subprocess.run([sys.executable, "-m", "ap_gym.cli", *command], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((tmp_path / "results/vault/summary.json").read_text())
+    assert set(summary["final"]) == {f"vault/{p}/seed0" for p in ("last_command", "random", "no_memory")}
+    assert summary["final"]["vault/last_command/seed0"]["success_rate"] == 1.0
+    report = (tmp_path / "results/vault/report/report.md").read_text()
+    assert "last_command" in report and "vault @ tiny-llama(seed=0)" in report
 
 
 @pytest.mark.slow

@@ -6,8 +6,7 @@ import ap_gym
 from ap_gym.errors import BackboneError
 from ap_gym.policies import BasePolicy, RandomPolicy
 from ap_gym.types import Episode, Termination, Usage
-from ap_gym.wrappers import RecordEpisode
-from tests.envs.test_base import Counter
+from tests.helpers import Counter
 
 
 class Scripted(BasePolicy):
@@ -58,13 +57,3 @@ def test_random_policy_is_reproducible():
     a = ap_gym.run_episode(Counter(), RandomPolicy(seed=1), task_id="c/1", max_steps=20)
     b = ap_gym.run_episode(Counter(), RandomPolicy(seed=1), task_id="c/1", max_steps=20)
     assert [s.action for s in a.steps] == [s.action for s in b.steps]
-
-
-def test_record_episode_in_a_users_own_loop():
-    env = RecordEpisode(gym.wrappers.TimeLimit(Counter(), max_episode_steps=50))
-    obs, info = env.reset(options={"task_id": "c/2"})
-    done = False
-    while not done:
-        obs, r, term, trunc, info = env.step("add")
-        done = term or trunc
-    assert env.episode is not None and env.episode.success and env.episode.num_steps == 3

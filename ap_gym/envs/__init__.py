@@ -3,33 +3,73 @@
 Every env follows :mod:`ap_gym.envs.base`. Registration is lazy (entry-point strings),
 so importing ap_gym does not start a JVM or import an engine.
 
+Gymnasium's registry is the only table of env ids. Short names (``textworld``,
+``scienceworld``, a user's ``vault``) are derived from it here and nowhere else:
+:func:`resolve_benchmark` turns a short name or an env id into the env id, and
+:func:`short_name` an env id into the name results are filed under.
+
 To add your own environment, subclass :class:`~ap_gym.envs.base.TextEnv` in one file and
-register it the same way; see README.md, "Add your own environment".
+register it with ``gymnasium.register``; see README.md, "Add your own environment".
 """
 
 from __future__ import annotations
 
 import gymnasium as gym
+from gymnasium.envs.registration import WrapperSpec
 
 from ap_gym.envs.base import PRINTABLE, SPLITS, StartResult, StepResult, TextEnv, text_space
 
-__all__ = ["ENV_IDS", "PRINTABLE", "SPLITS", "StartResult", "StepResult", "TextEnv", "text_space"]
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "PRINTABLE",
+    "SPLITS",
+    "StartResult",
+    "StepResult",
+    "TextEnv",
+    "benchmark_names",
+    "resolve_benchmark",
+    "short_name",
+    "text_space",
+]
 
 #: The paper's step limit: an episode that reaches it is truncated and counts as a failure.
 DEFAULT_MAX_STEPS = 50
+NAMESPACE = "ap_gym"
 
-ENV_IDS = {
-    "ap_gym/ScienceWorld-v0": "ap_gym.envs.scienceworld:ScienceWorldEnv",
-    "ap_gym/TextWorld-v0": "ap_gym.envs.textworld:TextWorldEnv",
-    "ap_gym/ALFWorld-v0": "ap_gym.envs.alfworld:ALFWorldEnv",
-    "ap_gym/Shop-v0": "ap_gym.envs.shop:ShopEnv",
-    "ap_gym/WebShop-v0": "ap_gym.envs.webshop:WebShopEnv",
-}
+# ALFWorld's engine speaks ``move X to Y``; the wrapper accepts ALFWorld < 0.4's ``put X in/on Y``.
+_PUT_TO_MOVE = WrapperSpec("PutToMove", "ap_gym.wrappers.action_syntax:PutToMove", {})
 
-for _env_id, _entry in ENV_IDS.items():
+for _env_id, _entry, _wrappers in (
+    ("ap_gym/ScienceWorld-v0", "ap_gym.envs.scienceworld:ScienceWorldEnv", ()),
+    ("ap_gym/TextWorld-v0", "ap_gym.envs.textworld:TextWorldEnv", ()),
+    ("ap_gym/ALFWorld-v0", "ap_gym.envs.alfworld:ALFWorldEnv", (_PUT_TO_MOVE,)),
+    ("ap_gym/Shop-v0", "ap_gym.envs.shop:ShopEnv", ()),
+    ("ap_gym/WebShop-v0", "ap_gym.envs.webshop:WebShopEnv", ()),
+):
     if _env_id not in gym.registry:
-        gym.register(
-            id=_env_id,
-            entry_point=_entry,
-            max_episode_steps=DEFAULT_MAX_STEPS,
-        )
+        gym.register(id=_env_id, entry_point=_entry, max_episode_steps=DEFAULT_MAX_STEPS,
+                     additional_wrappers=_wrappers)
+
+
+def short_name(env_id: str) -> str:
+    """The name results are filed under: the env's name, lower case (``ap_gym/TextWorld-v0`` -> ``textworld``)."""
+    return gym.spec(env_id).name.lower()
+
+
+def benchmark_names() -> dict[str, str]:
+    """ap-gym's own benchmarks: short name -> env id, from Gymnasium's registry."""
+    return {spec.name.lower(): env_id for env_id, spec in gym.registry.items() if spec.namespace == NAMESPACE}
+
+
+def resolve_benchmark(name: str) -> str:
+    """The env id of a short name or an env id registered with Gymnasium (ap-gym's own
+    first, then the newest version); the error lists what is registered."""
+    if name in gym.registry:
+        return name
+    matches = sorted((spec for spec in gym.registry.values() if spec.name.lower() == name.lower()),
+                     key=lambda s: (s.namespace != NAMESPACE, -(s.version or 0)))
+    if matches:
+        return matches[0].id
+    raise ValueError(
+        f"unknown benchmark {name!r}; choose from {', '.join(benchmark_names())}, or an env id registered with "
+        "gymnasium.register (a module under the config's imports: can register one)")

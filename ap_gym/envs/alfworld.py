@@ -16,8 +16,9 @@ from ``train``, and the 134 of ``valid_unseen``.
 
 Contract: the instruction is ALFWorld's "Your task is to: ..."; admissible commands are
 on; ``task_family`` is the task type; success is ALFWorld's ``won`` (there is no loss:
-only the 50-step limit ends a failing episode). The engine speaks ``move X to Y``; the
-old ``put X in/on Y`` is accepted and rewritten (:mod:`ap_gym.wrappers.action_syntax`).
+only the 50-step limit ends a failing episode). The engine speaks ``move X to Y``;
+``gym.make`` adds :class:`~ap_gym.wrappers.PutToMove` (registered as an additional
+wrapper), which accepts the old ``put X in/on Y`` and rewrites it.
 Reset option ``walkthrough=True`` gives the expert plan (the planner's) in
 ``info["walkthrough"]``, so :class:`~ap_gym.policies.WalkthroughPolicy` is the expert.
 """
@@ -36,7 +37,6 @@ from ap_gym.envs.alfworld_gen import TASK_TYPES, AlfGameSpec, ensure_alfworld_ga
 from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
 from ap_gym.envs.textworld import TextWorldEngine
 from ap_gym.errors import EnvInfrastructureError
-from ap_gym.wrappers.action_syntax import put_to_move
 
 __all__ = ["HELDOUT_COUNTS", "TRAIN_COUNTS", "ALFWorldEnv", "alfworld_suite"]
 
@@ -163,10 +163,10 @@ class ALFWorldEnv(TextWorldEngine, TextEnv):
 
     def _advance(self, action: str) -> StepResult:
         try:
-            state, _, _ = self._tw.step(put_to_move(action))
+            state, _, _ = self._tw.step(action)
         except Exception as e:
             self._close_tw()
-            self._task_id = None
+            self._abandon()
             raise EnvInfrastructureError(f"ALFWorld's engine failed on {action!r} ({e}); call reset()") from e
         won = bool(state["won"])
         return StepResult(state.feedback or "", 1.0 if won else 0.0, won=won, lost=False,

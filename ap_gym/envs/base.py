@@ -167,6 +167,10 @@ class TextEnv(gym.Env[str, str]):
         """The task of the episode in progress."""
         return self._task_id
 
+    def _abandon(self) -> None:
+        """The engine lost the episode in progress: ``step`` now asks for a ``reset``."""
+        self._task_id = None
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:

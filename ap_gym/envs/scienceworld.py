@@ -150,7 +150,7 @@ class ScienceWorldEnv(TextEnv):
 
     def _engine_died(self, e: BaseException) -> EnvInfrastructureError:
         self._kill_engine()
-        self._task_id = None
+        self._abandon()
         return EnvInfrastructureError(
             f"ScienceWorld's JVM stopped answering ({type(e).__name__}: {e}). "
             "The episode is lost; call reset() to start a new JVM."

@@ -283,7 +283,7 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
             state, score, _done = self._tw.step(action)
         except Exception as e:
             self._close_tw()
-            self._task_id = None
+            self._abandon()
             raise EnvInfrastructureError(
                 f"TextWorld's engine failed on {action!r} ({type(e).__name__}: {e}); call reset()"
             ) from e

@@ -15,7 +15,6 @@ Anti-Persistence mode usage; discard versus persist; setting-level statistics
 from __future__ import annotations
 
 import csv
-import json
 import math
 import statistics
 from collections import Counter, defaultdict
@@ -23,13 +22,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ap_gym.protocol import load_episodes
+from ap_gym.errors import StoreError
+from ap_gym.protocol.results import load_abstractions, load_config, load_episodes, setting_dirs
 from ap_gym.report.audit import GrammarLabeller, audit
 from ap_gym.report.stats import paired_stats
 
-__all__ = ["collect", "write_report"]
+__all__ = ["DEFAULT_METHOD", "collect", "write_report"]
 
-FLAGSHIP = "anti_persistence"
+#: The policy (registry name) the report compares against every other one.
+DEFAULT_METHOD = "anti_persistence"
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -44,7 +45,7 @@ def collect(runs: Sequence[str | Path]) -> tuple[list[dict[str, Any]], dict[str,
     lines, specs = [], {}
     for run in runs:
         run = Path(run)
-        meta = json.loads((run / "config.json").read_text())
+        meta = load_config(run)
         backbone = meta.get("backbone")
         ident = backbone.get("identity") if isinstance(backbone, dict) else (backbone or "none")
         for p in meta["config"]["policies"]:
@@ -70,8 +71,20 @@ def _table(path: Path, header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
-def write_report(runs: Sequence[str | Path], out: str | Path | None = None, benchmark_labeller: bool = True) -> Path:
+def _flagship(specs: dict[str, dict[str, Any]], method: str) -> str | None:
+    """The label of the method under test: the label named ``method``, else the first label
+    of that policy without options."""
+    if method in specs:
+        return method
+    plain = [label for label, p in specs.items() if p.get("name") == method and not p.get("options")]
+    return plain[0] if plain else None
+
+
+def write_report(runs: Sequence[str | Path], out: str | Path | None = None, benchmark_labeller: bool = True,
+                 method: str = DEFAULT_METHOD) -> Path:
+    """Write the report of ``runs``; ``method`` (a policy name) is compared against the others."""
     lines, specs = collect(runs)
+    flagship = _flagship(specs, method)
     out = Path(out) if out else Path(runs[0]) / "report"
     out.mkdir(parents=True, exist_ok=True)
     evals = [x for x in lines if x["phase"] == "eval" and x["termination"] != "infrastructure_failure"]
@@ -82,7 +95,7 @@ def write_report(runs: Sequence[str | Path], out: str | Path | None = None, benc
         final_it[key] = max(final_it.get(key, 0), x["iteration"])
     final = [x for x in evals if x["iteration"] == final_it[(x["setting"], x["policy"], x["seed"])]]
     settings = sorted({x["setting"] for x in evals})
-    methods = sorted({x["policy"] for x in evals}, key=lambda m: (m != FLAGSHIP, m))
+    methods = sorted({x["policy"] for x in evals}, key=lambda m: (m != flagship, m))
 
     def per_seed(rows: list[dict[str, Any]], fn: Any) -> dict[tuple[str, str], list[float]]:
         groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
@@ -131,15 +144,16 @@ def write_report(runs: Sequence[str | Path], out: str | Path | None = None, benc
                      for m in methods]] for b, f in families]
     md += ["## Success per task family (%, final iteration, all seeds)", "", _table(out / "per_family", ["benchmark", "family", *methods], rows), ""]
 
-    ap_labels = [m for m in methods if specs.get(m, {}).get("name") == FLAGSHIP]
-    if ap_labels:
+    ap_labels = [m for m in methods if specs.get(m, {}).get("name") == method]
+    mode_names = sorted({x["policy_info"]["mode"] for x in lines if x["policy_info"].get("mode")})
+    if ap_labels and mode_names:
         rows = []
         for m in ap_labels:
             for phase in ("train", "eval"):
                 counts = Counter(x["policy_info"].get("mode") for x in lines if x["policy"] == m and x["phase"] == phase)
                 total = sum(counts.values()) or 1
-                rows.append([m, phase, *[f"{100 * counts.get(mode, 0) / total:.0f}%" for mode in ("none", "imitation", "strategic", "corrective")], total])
-        md += ["## Anti-Persistence mode usage", "", _table(out / "modes", ["method", "phase", "none", "imitation", "strategic", "corrective", "episodes"], rows), ""]
+                rows.append([m, phase, *[f"{100 * counts.get(mode, 0) / total:.0f}%" for mode in mode_names], total])
+        md += [f"## {method} mode usage", "", _table(out / "modes", ["method", "phase", *mode_names, "episodes"], rows), ""]
         persist = [m for m in ap_labels if (specs[m].get("options") or {}).get("persist_guidance")]
         discard = [m for m in ap_labels if m not in persist]
         if persist and discard:
@@ -148,14 +162,14 @@ def write_report(runs: Sequence[str | Path], out: str | Path | None = None, benc
             md += ["## Discard versus persist (final held-out success, %)", "",
                    _table(out / "discard_vs_persist", ["setting", f"discard ({discard[0]})", f"persist ({persist[0]})"], rows), ""]
 
-    if FLAGSHIP in methods:
-        method = {s: _mean_std(success[(s, FLAGSHIP)])[0] for s in settings if (s, FLAGSHIP) in success}
+    if flagship in methods:
+        ours = {s: _mean_std(success[(s, flagship)])[0] for s in settings if (s, flagship) in success}
         baselines = {m: {s: _mean_std(success[(s, m)])[0] for s in settings if (s, m) in success}
-                     for m in methods if m != FLAGSHIP}
+                     for m in methods if m != flagship}
         rows = [[r.baseline, r.n, r.mean_diff, f"{r.positive}/{r.n}", "n/a" if math.isnan(r.ci_low) else f"[{r.ci_low:.1f}, {r.ci_high:.1f}]",
-                 r.t_p, r.t_p_holm, r.wilcoxon_p, r.wilcoxon_p_holm] for r in paired_stats(method, baselines)]
+                 r.t_p, r.t_p_holm, r.wilcoxon_p, r.wilcoxon_p_holm] for r in paired_stats(ours, baselines)]
         md += ["## Setting-level statistics (exploratory)", "",
-               f"Paired differences {FLAGSHIP} minus baseline over settings, in points. Holm's correction within "
+               f"Paired differences {flagship} minus baseline over settings, in points. Holm's correction within "
                "each test family. With few settings these are descriptive, not population claims; n/a needs at "
                "least 2 settings (and non-zero differences for Wilcoxon).", "",
                _table(out / "stats", ["baseline", "settings", "mean diff (pts)", "positive", "95% t-interval",
@@ -170,20 +184,15 @@ def write_report(runs: Sequence[str | Path], out: str | Path | None = None, benc
 
 
 def _audit_section(runs: Sequence[str | Path], lines: list[dict[str, Any]], specs: dict[str, Any], out: Path) -> list[str]:
-    from ap_gym.memory.store import AbstractionStore, MemoryDB
-
-    rows = []
+    rows, unreadable = [], []
     for run in runs:
-        for db_path in sorted(Path(run).glob("*/*/seed*/memory.sqlite")):
-            bench, label, seed = db_path.parts[-4], db_path.parts[-3], db_path.parts[-2]
+        for directory in setting_dirs(run):
+            bench, label, seed = directory.parts[-3], directory.parts[-2], directory.parts[-1]
             try:
-                db = MemoryDB(db_path, readonly=True)
-            except Exception:
+                stored = load_abstractions(directory)
+            except StoreError as e:  # said in the report, never dropped silently
+                unreadable.append(f"- {bench}/{label}/{seed}: {e}")
                 continue
-            try:
-                stored = AbstractionStore(db).all(include_inactive=True)
-            finally:
-                db.close()
             if not stored:
                 continue
             rejected = sum(len(x["policy_info"].get("rejected_abstractions", [])) for x in lines
@@ -196,6 +205,8 @@ def _audit_section(runs: Sequence[str | Path], lines: list[dict[str, Any]], spec
             "Labeller: a stored abstraction is *flagged* when it quotes a command whose verb the benchmark's "
             "grammar lacks (ap_gym/report/audit.py). Not flagged means not flagged, never correct. "
             "Association, not causation.", ""]
+    if unreadable:
+        text += ["Settings whose memory could not be read (not audited):", "", *unreadable, ""]
     if not rows:
         return [*text, "No method in these runs stored abstractions.", ""]
     return [*text, _table(out / "audit", ["setting", "abstractions", "flagged", "flagged given flagged parent", "rate",

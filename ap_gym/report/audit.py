@@ -19,8 +19,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ap_gym.memory.store import Abstraction
+if TYPE_CHECKING:  # the records come through ap_gym.protocol.results
+    from ap_gym.memory.store import Abstraction
 
 __all__ = ["VERBS", "AuditRow", "GrammarLabeller", "audit"]
 

@@ -45,6 +45,16 @@ class RecordEpisode(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         self._t0 = 0.0
         self._seed: int | None = None
 
+    @property
+    def num_steps(self) -> int:
+        """Steps taken in the episode in progress."""
+        return len(self._steps)
+
+    @property
+    def start_info(self) -> dict[str, Any]:
+        """The ``info`` that ``reset`` returned for the episode in progress."""
+        return dict(self._start_info)
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
         self.episode = None

@@ -4,33 +4,9 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from ap_gym.envs.base import StartResult, StepResult, TextEnv, sanitize_text, text_space
+from ap_gym.envs.base import sanitize_text, text_space
 from ap_gym.errors import UnknownTaskError
-
-
-class Counter(TextEnv):
-    """Say 'add' three times to win; 'quit' loses."""
-
-    benchmark = "counter"
-
-    def _task_ids(self, split):
-        return {"train": ["c/1", "c/2"], "test": ["c/3"]}[split]
-
-    def task_family(self, task_id):
-        return "c"
-
-    def _start(self, task_id, options):
-        self.n = 0
-        return StartResult("You see a counter at 0.", "Count to three.", 0.0, 3.0, ["add", "quit"])
-
-    def _advance(self, action):
-        if action == "add":
-            self.n += 1
-            return StepResult(f"The counter shows {self.n}.", float(self.n), won=self.n >= 3,
-                              admissible_commands=["add", "quit"])
-        if action == "quit":
-            return StepResult("You gave up.", float(self.n), lost=True)
-        return StepResult("Nothing happens.", float(self.n), admissible_commands=["add", "quit"])
+from tests.helpers import Counter
 
 
 def test_text_space_accepts_spaces_and_punctuation():

@@ -7,7 +7,7 @@ import pytest
 from ap_gym.cli import main
 from ap_gym.protocol import RunConfig, run
 from ap_gym.report import write_report
-from tests.test_protocol import TINY_AGENT, config
+from tests.helpers import TINY_AGENT, config
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def test_report_writes_every_table_and_a_png(tiny_run):
     out = write_report([tiny_run])
     text = (out / "report.md").read_text()
     for heading in ("Final held-out success", "LLM calls and trajectory length", "Success per task family",
-                    "Anti-Persistence mode usage", "Discard versus persist", "Setting-level statistics (exploratory)",
+                    "anti_persistence mode usage", "Discard versus persist", "Setting-level statistics (exploratory)",
                     "Error-reproduction audit"):
         assert f"## {heading}" in text
     for table in ("final_success", "llm_calls", "per_family", "modes", "discard_vs_persist", "stats", "audit"):

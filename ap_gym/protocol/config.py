@@ -1,0 +1,215 @@
+"""The run config: everything that defines a run, typed and validated before anything is written.
+
+A config is YAML (``ap-gym run CONFIG``) or a mapping; every key is checked, and an
+error names the key and says what it accepts. ``imports:`` lists modules imported
+before anything else (here, and in every worker), so that a user's environments and
+policies register themselves; then every benchmark must resolve to a registered env id
+and every policy to a registered policy.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ap_gym.errors import APGymError
+
+__all__ = ["EXECUTION_KEYS", "ConfigError", "PolicySpec", "RunConfig", "import_modules"]
+
+#: config keys that change how or where a run executes, not what it computes: a run may
+#: be resumed with other values (say, started locally and finished on Ray, or moved).
+EXECUTION_KEYS = frozenset({"workers", "executor", "ray_address", "lanes", "out"})
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
+
+
+class ConfigError(APGymError, ValueError):
+    """A run config that cannot be run as written; the message names the key."""
+
+
+def _safe_name(value: str, what: str) -> str:
+    """A name that becomes one path component of the results: no separators, no ``..``."""
+    if not _SAFE.match(value) or value in (".", ".."):
+        raise ValueError(f"{what} {value!r} must be letters, digits and _ . + - (it names a results directory)")
+    return value
+
+
+def import_modules(modules: tuple[str, ...] | list[str]) -> None:
+    """Import a config's ``imports:`` (they register envs and policies)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(f"imports: cannot import {module!r} ({e}); is it on PYTHONPATH?") from e
+
+
+class PolicySpec(BaseModel):
+    """A policy by registry name, a label for results, and its options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    label: str = ""
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"name": data, "label": data}
+        if isinstance(data, Mapping) and not data.get("label") and isinstance(data.get("name"), str):
+            return {**data, "label": data["name"]}
+        return data
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _no_null_options(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    @field_validator("label")
+    @classmethod
+    def _label_is_a_path_component(cls, value: str) -> str:
+        return _safe_name(value, "policy label")
+
+
+class RunConfig(BaseModel):
+    """Everything that defines a run; saved whole with its results.
+
+    Attributes:
+        name: the run's directory name under ``out``.
+        imports: modules to import first (in the driver and every worker) to register
+            a user's envs and policies.
+        benchmarks: short names (``textworld``, ``scienceworld``, ...) or registered env ids.
+        policies: what to compare.
+        backbone: ``default``, ``tiny``, a model path, or an OpenAI-compatible URL.
+        embedder: ``default`` or a sentence-transformers path.
+        seeds: one full protocol per seed.
+        iterations, train_per_iter: the protocol's rounds and training sample size.
+        heldout: evaluate N held-out tasks spread evenly over the split (``None``: all, the paper's).
+        max_steps: the step limit (50 in the paper).
+        workers: processes (local) or Ray actors (ray) for held-out evaluation; with
+            the Ray executor, also how many settings of a grid run at once.
+        executor: ``local`` (processes on this machine) or ``ray`` (Ray tasks and
+            actors, on a local instance or the cluster at ``ray_address``).
+        ray_address: ``None`` starts a local Ray instance; ``auto`` or ``ray://host:port``
+            joins a running cluster (the run directory must then be on storage every node
+            sees, since settings write their own results).
+        lanes: held-out episodes each worker plays at once in lock-step, their model
+            calls batched into one forward pass (in-process backbone) or sent
+            concurrently (served backbone).
+        retries: re-runs of an episode that ended in an infrastructure failure.
+        train_stateless: run training episodes for policies that do not learn, too.
+        env_options: keyword arguments per benchmark for ``gym.make``.
+        out: the results root.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "run"
+    imports: tuple[str, ...] = ()
+    benchmarks: tuple[str, ...] = Field(default=("textworld",), min_length=1)
+    policies: tuple[PolicySpec, ...] = Field(default=(PolicySpec(name="no_memory"),), min_length=1)
+    backbone: str = "default"
+    embedder: str = "default"
+    seeds: tuple[int, ...] = Field(default=(0,), min_length=1)
+    iterations: int = Field(default=10, ge=1)
+    train_per_iter: int = Field(default=50, ge=0)
+    heldout: int | None = Field(default=None, ge=1)
+    max_steps: int = Field(default=50, ge=1)
+    workers: int = Field(default=1, ge=1)
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    lanes: int = Field(default=1, ge=1)
+    retries: int = Field(default=2, ge=0)
+    train_stateless: bool = False
+    env_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    out: str = "results"
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_path_component(cls, value: str) -> str:
+        return _safe_name(value, "run name")
+
+    @model_validator(mode="after")
+    def _registered(self) -> RunConfig:
+        import ap_gym  # noqa: F401  (registers ap-gym's envs)
+        from ap_gym.envs import resolve_benchmark, short_name
+        from ap_gym.policies import get_policy
+
+        import_modules(self.imports)
+        names = [short_name(resolve_benchmark(b)) for b in self.benchmarks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"benchmarks name the same benchmark twice: {list(self.benchmarks)}")
+        for p in self.policies:
+            get_policy(p.name)
+        labels = [p.label for p in self.policies]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"policy labels must be unique: {labels}")
+        return self
+
+    # ------------------------------------------------------------------ io
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunConfig:
+        """Validate a mapping; a :class:`ConfigError` names every key that is wrong."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"a run config is a mapping of keys to values, not {type(d).__name__}")
+        try:
+            return cls.model_validate(dict(d))
+        except ValidationError as e:
+            raise ConfigError(_explain(e)) from None
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> RunConfig:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"cannot read the config {path}: {e}") from None
+        if not data:
+            raise ConfigError(f"{path} is empty; a run config names at least its benchmarks and policies "
+                              "(see benchmarks/smoke.yaml)")
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{path} must be a mapping of keys to values, not a {type(data).__name__}")
+        data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A copy with ``changes`` (validated like the original)."""
+        return type(self).from_dict({**self.to_dict(), **changes})
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out) / self.name
+
+    def benchmark_ids(self) -> dict[str, str]:
+        """Short name -> env id of every benchmark, in config order."""
+        from ap_gym.envs import resolve_benchmark, short_name
+
+        ids = [resolve_benchmark(b) for b in self.benchmarks]
+        return {short_name(i): i for i in ids}
+
+    def policy(self, label: str) -> PolicySpec:
+        return next(p for p in self.policies if p.label == label)
+
+    def what_it_computes(self) -> dict[str, Any]:
+        """The config without the keys that only say how or where it runs (resume compares this)."""
+        return {k: v for k, v in self.to_dict().items() if k not in EXECUTION_KEYS}
+
+
+def _explain(error: ValidationError) -> str:
+    lines = []
+    for e in error.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "config"
+        message = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            message = "unknown key (check its spelling)"
+        lines.append(f"config key {where!r}: {message}")
+    return "invalid run config:\n  " + "\n  ".join(lines)

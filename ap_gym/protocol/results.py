@@ -1,0 +1,192 @@
+"""The results format: what a run writes, and the only module that reads it back.
+
+A run directory holds ``config.json`` (the resolved config, package version, backbone),
+``prompts.json``, ``summary.json`` and, per setting (benchmark x policy x seed),
+``<benchmark>/<policy>/seed<k>/episodes.jsonl``: one :class:`EpisodeLine` per episode,
+its position in the protocol (phase, iteration, index) followed by everything the
+:class:`~ap_gym.types.Episode` carries. ``ap-gym report`` and ``ap-gym view`` read runs
+through this module and never import the runner.
+
+A line cut short by a kill is dropped on resume; a damaged line elsewhere is moved to
+``episodes.jsonl.bad`` with a warning, and every valid line around it is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ap_gym.paths import atomic_write_text
+from ap_gym.types import Termination
+
+__all__ = [
+    "EPISODES",
+    "EpisodeLine",
+    "EpisodeLog",
+    "load_abstractions",
+    "load_config",
+    "load_episodes",
+    "read_lines",
+    "setting_dirs",
+    "summarise",
+]
+
+log = logging.getLogger(__name__)
+
+EPISODES = "episodes.jsonl"
+PHASES = ("train", "eval")
+
+
+@dataclass(frozen=True)
+class EpisodeLine:
+    """One line of ``episodes.jsonl``: where the episode sits in the protocol, then the episode."""
+
+    phase: str
+    iteration: int
+    index: int
+    benchmark: str
+    policy: str
+    seed: int
+    attempts: int
+    episode: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"phase": self.phase, "iteration": self.iteration, "index": self.index, "benchmark": self.benchmark,
+                "policy": self.policy, "seed": self.seed, "attempts": self.attempts, **self.episode}
+
+
+def read_lines(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+    """The valid lines of a JSONL file and the damaged ones ``(line number, text)``.
+
+    A last line without its newline that does not parse was cut by a kill: it is neither.
+    """
+    good: list[dict[str, Any]] = []
+    bad: list[tuple[int, str]] = []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    raws = text.split("\n")
+    for number, raw in enumerate(raws, 1):
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+            if not isinstance(line, dict) or "phase" not in line or "task_id" not in line:
+                raise ValueError("not an episode line")
+        except ValueError:
+            if number == len(raws) and not text.endswith("\n"):
+                continue  # the tail of a line cut by a kill
+            bad.append((number, raw))
+        else:
+            good.append(line)
+    return good, bad
+
+
+class EpisodeLog:
+    """``episodes.jsonl`` of one setting: appended line by line, flushed, re-read on resume."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines: list[dict[str, Any]] = []
+        if path.exists():
+            self.lines, bad = read_lines(path)
+            if bad:
+                quarantine = path.with_name(path.name + ".bad")
+                with open(quarantine, "a", encoding="utf-8") as f:
+                    f.writelines(raw + "\n" for _, raw in bad)
+                log.warning("%s: %d damaged line(s) (numbers %s) moved to %s; every valid line is kept",
+                            path, len(bad), ", ".join(str(n) for n, _ in bad[:10]), quarantine)
+            self._rewrite()
+
+    def _rewrite(self) -> None:
+        atomic_write_text(self.path, "".join(json.dumps(x) + "\n" for x in self.lines))
+
+    def append(self, line: EpisodeLine) -> None:
+        data = line.to_dict()
+        self.lines.append(data)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(data) + "\n")
+            f.flush()
+
+    def drop(self, phase: str, iteration: int) -> None:
+        before = len(self.lines)
+        self.lines = [x for x in self.lines if not (x["phase"] == phase and x["iteration"] == iteration)]
+        if len(self.lines) != before:
+            self._rewrite()
+
+    def count(self, phase: str, iteration: int) -> int:
+        return sum(1 for x in self.lines if x["phase"] == phase and x["iteration"] == iteration)
+
+    def done(self, phase: str, iteration: int) -> dict[str, dict[str, Any]]:
+        return {x["task_id"]: x for x in self.lines if x["phase"] == phase and x["iteration"] == iteration}
+
+
+def setting_dirs(run_dir: str | Path) -> Iterator[Path]:
+    """Every setting directory of a run (``<benchmark>/<policy>/seed<k>``), sorted."""
+    for path in sorted(Path(run_dir).glob(f"*/*/seed*/{EPISODES}")):
+        yield path.parent
+
+
+def load_config(run_dir: str | Path) -> dict[str, Any]:
+    """``config.json`` of a run: ``config`` (the run config), ``ap_gym_version``, ``backbone``."""
+    path = Path(run_dir) / "config.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} is not an ap-gym run directory (no config.json)")
+    return json.loads(path.read_text())
+
+
+def load_episodes(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every episode line of a run (all settings), in a stable order; damaged lines are skipped."""
+    lines = []
+    for directory in setting_dirs(run_dir):
+        good, bad = read_lines(directory / EPISODES)
+        if bad:
+            log.warning("%s: skipped %d damaged line(s)", directory / EPISODES, len(bad))
+        lines += good
+    return sorted(lines, key=lambda x: (x["benchmark"], x["policy"], x["seed"], x["iteration"], x["phase"], x["index"]))
+
+
+def summarise(run_dir: str | Path) -> dict[str, Any]:
+    """Per setting and iteration: held-out success, score, LLM calls, steps (no timings,
+    so an interrupted and an uninterrupted run summarise identically)."""
+    groups: dict[tuple[str, str, int, int], list[dict[str, Any]]] = {}
+    for x in load_episodes(run_dir):
+        if x["phase"] == "eval":
+            groups.setdefault((x["benchmark"], x["policy"], x["seed"], x["iteration"]), []).append(x)
+    settings: dict[str, Any] = {}
+    for (bench, label, seed, it), eps in sorted(groups.items()):
+        valid = [e for e in eps if e["termination"] != Termination.INFRA.value]
+        n = len(valid) or 1
+        calls = [e["usage"]["calls"] for e in valid]
+        entry = {
+            "iteration": it,
+            "episodes": len(eps),
+            "infrastructure_failures": len(eps) - len(valid),
+            "success_rate": sum(e["success"] for e in valid) / n,
+            "mean_llm_calls": sum(e["usage"]["llm_calls"] for e in valid) / n,
+            "mean_acting_calls": sum(c.get("acting", 0) for c in calls) / n,
+            "mean_synthesis_calls": sum(sum(v for k, v in c.items() if k != "acting") for c in calls) / n,
+            "mean_steps": sum(e["num_steps"] for e in valid) / n,
+            "successes": sorted(e["task_id"] for e in valid if e["success"]),
+        }
+        settings.setdefault(f"{bench}/{label}/seed{seed}", []).append(entry)
+    return {"settings": settings,
+            "final": {k: {kk: v[-1][kk] for kk in ("iteration", "success_rate", "mean_llm_calls", "mean_steps")}
+                      for k, v in settings.items()}}
+
+
+def load_abstractions(setting_dir: str | Path) -> list[Any]:
+    """The abstractions a setting's memory stored (inactive ones too), read-only; ``[]``
+    when it has no memory. The audit reads them through here, never through the stores."""
+    from ap_gym.memory.store import AbstractionStore, MemoryDB
+
+    path = Path(setting_dir) / "memory.sqlite"
+    if not path.exists():
+        return []
+    db = MemoryDB(path, readonly=True)
+    try:
+        return AbstractionStore(db).all(include_inactive=True)
+    finally:
+        db.close()

@@ -1,0 +1,115 @@
+"""What several test modules share: a tiny text env, small run configs, kill-and-resume.
+
+Test modules import from here, never from each other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ap_gym.envs.base import StartResult, StepResult, TextEnv
+
+__all__ = ["CHOOSE", "TINY_AGENT", "Counter", "ap_config", "config", "eval_results", "kill_resume_and_compare"]
+
+#: Options that keep the tiny backbone's episodes short.
+TINY_AGENT = {"agent": {"action_mode": "generate", "generation": {"max_new_tokens": 3}},
+              "memory": {"synthesis": {"max_new_tokens": 6}}}
+#: The agent choosing among admissible commands (scoring), with a short history.
+CHOOSE = {"agent": {"action_mode": "choose", "history_window": 4}, "memory": {"synthesis": {"max_new_tokens": 6}}}
+
+
+class Counter(TextEnv):
+    """Say 'add' three times to win; 'quit' loses."""
+
+    benchmark = "counter"
+
+    def _task_ids(self, split):
+        return {"train": ["c/1", "c/2"], "test": ["c/3"]}[split]
+
+    def task_family(self, task_id):
+        return "c"
+
+    def _start(self, task_id, options):
+        self.n = 0
+        return StartResult("You see a counter at 0.", "Count to three.", 0.0, 3.0, ["add", "quit"])
+
+    def _advance(self, action):
+        if action == "add":
+            self.n += 1
+            return StepResult(f"The counter shows {self.n}.", float(self.n), won=self.n >= 3,
+                              admissible_commands=["add", "quit"])
+        if action == "quit":
+            return StepResult("You gave up.", float(self.n), lost=True)
+        return StepResult("Nothing happens.", float(self.n), admissible_commands=["add", "quit"])
+
+
+def config(tmp_path: Path, **kw: Any) -> dict[str, Any]:
+    """A small run on the tiny backbone: TextWorld, 2 iterations of 3 training tasks, 3 held-out."""
+    base = {
+        "name": "t", "benchmarks": ["textworld"], "backbone": "tiny", "out": str(tmp_path),
+        "policies": [{"name": "no_memory", "options": {"agent": TINY_AGENT["agent"]}},
+                     {"name": "anti_persistence", "options": TINY_AGENT},
+                     {"name": "abstraction", "options": TINY_AGENT}],
+        "seeds": [0], "iterations": 2, "train_per_iter": 3, "heldout": 3, "max_steps": 3, "workers": 1,
+    }
+    base.update(kw)
+    return base
+
+
+def ap_config(tmp_path: Path, **kw: Any) -> dict[str, Any]:
+    """:func:`config` with Anti-Persistence alone, choosing among admissible commands."""
+    return config(tmp_path, policies=[{"name": "anti_persistence", "options": CHOOSE}], **kw)
+
+
+def eval_results(run_dir: Path) -> dict:
+    """Held-out episodes by (policy, iteration, task): actions, success, mode."""
+    from ap_gym.protocol.results import load_episodes
+
+    return {(x["policy"], x["iteration"], x["task_id"]): ([s["action"] for s in x["steps"]], x["success"],
+                                                          x["policy_info"].get("mode"))
+            for x in load_episodes(run_dir) if x["phase"] == "eval"}
+
+
+def _kill_when(path: Path, proc: subprocess.Popen, predicate, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.exists():
+            lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip().endswith("}")]
+            if predicate(lines):
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return
+        if proc.poll() is not None:
+            raise AssertionError("the run finished before it could be killed")
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("timed out waiting for the kill point")
+
+
+def kill_resume_and_compare(tmp_path: Path, data: dict, kill_at, clean_overrides: dict | None = None) -> None:
+    """Run ``data`` (out: tmp_path/killed) with the CLI, SIGKILL it when ``kill_at(lines)``,
+    run it again, and check it ends as a clean in-process run does."""
+    from ap_gym.protocol import RunConfig, run
+
+    cfg_file = tmp_path / "cfg.yaml"
+    cfg_file.write_text(yaml.safe_dump(data))
+    cmd = [sys.executable, "-m", "ap_gym.cli", "run", str(cfg_file)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _kill_when(tmp_path / "killed/t/textworld/anti_persistence/seed0/episodes.jsonl", proc, kill_at)
+    assert not (tmp_path / "killed/t/summary.json").exists()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    resumed = json.loads((tmp_path / "killed/t/summary.json").read_text())
+    clean = run(RunConfig.from_dict({**data, **(clean_overrides or {}), "out": str(tmp_path / "clean")}),
+                progress=False)
+    assert resumed == json.loads((clean / "summary.json").read_text())
+    assert eval_results(tmp_path / "killed/t") == eval_results(clean)

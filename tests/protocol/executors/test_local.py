@@ -1,0 +1,99 @@
+"""The local executor: worker processes and batched lanes give the sequential episodes;
+worker processes die with their driver."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from ap_gym.protocol import RunConfig, run
+from tests.helpers import ap_config, config, eval_results
+
+
+def test_workers_give_the_same_episodes(tmp_path):
+    one = run(RunConfig.from_dict(config(tmp_path / "a", policies=config(tmp_path)["policies"][1:2])), progress=False)
+    two = run(RunConfig.from_dict(config(tmp_path / "b", policies=config(tmp_path)["policies"][1:2], workers=2)), progress=False)
+    assert eval_results(one) == eval_results(two) and len(eval_results(one)) == 6
+
+
+def test_lanes_batch_model_calls_and_keep_the_episodes(tmp_path):
+    import gymnasium as gym
+
+    import ap_gym  # noqa: F401
+    from ap_gym.backbones import make_backbone
+    from ap_gym.backbones.batching import BatchingBackbone
+    from ap_gym.policies import make_policy
+    from ap_gym.rollout import run_episode, run_episodes
+
+    backbone = make_backbone("tiny")
+    tasks = gym.make("ap_gym/TextWorld-v0", split="test").unwrapped.task_ids("test")[:4]
+    env = gym.make("ap_gym/TextWorld-v0", split="test", max_episode_steps=6)
+    alone = [run_episode(env, make_policy("no_memory", backbone), task_id=t) for t in tasks]
+    batcher = BatchingBackbone(backbone, lanes=3)
+    envs = [gym.make("ap_gym/TextWorld-v0", split="test", max_episode_steps=6) for _ in range(3)]
+    policies = [make_policy("no_memory", batcher.lane(i)) for i in range(3)]
+    together = run_episodes(envs, policies, tasks, on_lane_done=lambda _: batcher.retire())
+    assert [[s.action for s in e.steps] for e in together] == [[s.action for s in e.steps] for e in alone]
+    assert [e.usage.llm_calls for e in together] == [e.usage.llm_calls for e in alone]
+    assert batcher.stats["calls"] == sum(e.usage.llm_calls for e in alone)
+    assert batcher.stats["batches"] < batcher.stats["calls"]  # calls really were grouped
+    for e in [env, *envs]:
+        e.close()
+
+
+def test_lanes_in_the_protocol_give_the_sequential_results(tmp_path):
+    one = run(RunConfig.from_dict(ap_config(tmp_path / "a")), progress=False)
+    lanes = run(RunConfig.from_dict(ap_config(tmp_path / "b", lanes=3)), progress=False)
+    assert eval_results(one) == eval_results(lanes) and len(eval_results(one)) == 6
+
+
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+def test_worker_processes_die_with_a_killed_driver(tmp_path):
+    data = config(tmp_path / "out", policies=[{"name": "no_memory", "options": {"agent": {"action_mode": "choose"}}}],
+                  workers=2, heldout=6, max_steps=30, iterations=3)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    proc = subprocess.Popen([sys.executable, "-m", "ap_gym.cli", "run", str(cfg)],
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    workers: list[int] = []
+    while time.time() < deadline and len(workers) < 2:
+        workers = [p for p in _children(proc.pid) if _cmdline(p).count("multiprocessing")]
+        time.sleep(0.2)
+    assert len(workers) >= 2, "the run never started its worker processes"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 20
+    while time.time() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in workers), "worker processes outlived their driver"

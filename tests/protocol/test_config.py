@@ -1,0 +1,66 @@
+"""Run configs are validated whole, before anything is written, with errors that name the key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ap_gym.protocol import ConfigError, RunConfig, run
+from tests.helpers import config
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"policies": [{"name": "trajectory", "optons": {}}]}, r"policies\.0\.optons.*unknown key"),
+    ({"iterations": -1}, r"'iterations'.*greater than or equal to 1"),
+    ({"heldout": 0}, r"'heldout'.*greater than or equal to 1"),
+    ({"retries": -1}, r"'retries'.*greater than or equal to 0"),
+    ({"benchmarks": "textworld"}, r"'benchmarks'.*tuple"),
+    ({"seeds": 0}, r"'seeds'.*tuple"),
+    ({"seeds": []}, r"'seeds'.*at least 1"),
+    ({"iterations": "two"}, r"'iterations'.*integer"),
+    ({"executor": "dask"}, r"'executor'.*'local' or 'ray'"),
+    ({"benchmarks": ["nethack"]}, r"unknown benchmark 'nethack'"),
+    ({"policies": ["telepathy"]}, r"unknown policy 'telepathy'.*register_policy"),
+    ({"policies": [{"name": "trajectory", "label": "a/b"}]}, r"policy label 'a/b'"),
+    ({"policies": [{"name": "trajectory", "label": ".."}]}, r"policy label '\.\.'"),
+    ({"name": "../elsewhere"}, r"run name '\.\./elsewhere'"),
+    ({"name": "/tmp/abs"}, r"run name '/tmp/abs'"),
+    ({"policies": ["trajectory", "trajectory"]}, r"labels must be unique"),
+    ({"benchmarks": ["textworld", "ap_gym/TextWorld-v0"]}, r"same benchmark twice"),
+    ({"imports": ["no_such_module_here"]}, r"cannot import 'no_such_module_here'"),
+    ({"surprise": 1}, r"'surprise'.*unknown key"),
+])
+def test_bad_configs_are_refused_with_the_key_named(tmp_path, change, message):
+    with pytest.raises(ConfigError, match=message):
+        RunConfig.from_dict({**config(tmp_path), **change})
+
+
+def test_an_empty_or_malformed_file_is_refused(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="is empty"):
+        RunConfig.from_file(empty)
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- textworld\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        RunConfig.from_file(listed)
+
+
+def test_names_and_env_ids_resolve_to_short_names(tmp_path):
+    cfg = RunConfig.from_dict(config(tmp_path, benchmarks=["ap_gym/Shop-v0", "TextWorld"]))
+    assert cfg.benchmark_ids() == {"shop": "ap_gym/Shop-v0", "textworld": "ap_gym/TextWorld-v0"}
+    assert [p.label for p in cfg.policies] == ["no_memory", "anti_persistence", "abstraction"]
+
+
+def test_a_moved_run_resumes_and_a_different_one_is_refused(tmp_path):
+    data = config(tmp_path / "a", policies=[{"name": "random"}], iterations=1, heldout=1)
+    run_dir = run(RunConfig.from_dict(data), progress=False)
+    moved = tmp_path / "b"
+    run_dir.parent.rename(moved)
+    before = (moved / "t" / "summary.json").read_text()
+    run(RunConfig.from_dict({**data, "out": str(moved), "workers": 2}), progress=False)  # where and how: not what
+    assert (moved / "t" / "summary.json").read_text() == before
+    with pytest.raises(ConfigError, match="different config"):
+        run(RunConfig.from_dict({**data, "out": str(moved), "max_steps": 4}), progress=False)
+    assert json.loads((moved / "t" / "config.json").read_text())["config"]["max_steps"] == 3

@@ -1,0 +1,43 @@
+"""The results format: damaged lines never hide valid ones; reading results needs no runner."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from ap_gym.protocol.results import EpisodeLine, EpisodeLog, load_episodes, summarise
+from ap_gym.types import Episode, Termination
+
+
+def _line(index: int, success: bool = False) -> EpisodeLine:
+    episode = Episode(task_id=f"t{index}", task_family="f", instruction="i", initial_observation="o", steps=(),
+                      success=success, score=None, max_score=None,
+                      termination=Termination.WON if success else Termination.STEP_LIMIT, seed=0)
+    return EpisodeLine("eval", 0, index, "bench", "p", 0, 1, episode.to_dict())
+
+
+def test_a_damaged_middle_line_is_quarantined_and_every_valid_line_kept(tmp_path, caplog):
+    directory = tmp_path / "bench" / "p" / "seed0"
+    directory.mkdir(parents=True)
+    path = directory / "episodes.jsonl"
+    log = EpisodeLog(path)
+    for i in range(5):
+        log.append(_line(i, success=i == 4))
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2][:40] + "\x00garbage"  # damaged in the middle
+    path.write_text("\n".join(lines) + "\n" + '{"phase": "ev')  # and a tail cut by a kill
+    assert [x["index"] for x in load_episodes(tmp_path)] == [0, 1, 3, 4]
+    assert summarise(tmp_path)["final"]["bench/p/seed0"]["success_rate"] == 0.25
+    resumed = EpisodeLog(path)
+    assert [x["index"] for x in resumed.lines] == [0, 1, 3, 4]
+    assert "damaged" in caplog.text and "episodes.jsonl.bad" in caplog.text
+    assert (directory / "episodes.jsonl.bad").read_text().startswith(lines[2][:40])
+    assert [json.loads(x)["index"] for x in path.read_text().splitlines()] == [0, 1, 3, 4]
+
+
+def test_reading_results_does_not_import_the_runner():
+    code = ("import sys, ap_gym.protocol.results as r; "
+            "print(any(m.startswith(('ap_gym.protocol.loop', 'ap_gym.protocol.executors')) for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
