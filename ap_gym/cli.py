@@ -11,6 +11,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ap_gym.errors import BackboneError
+
 __all__ = ["main"]
 
 
@@ -68,18 +70,38 @@ def _cmd_games(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from ap_gym.demo import run_demo
 
-    return run_demo(tasks_per_benchmark=args.tasks, out=args.out, backbone=args.backbone)
+    return run_demo(tasks_per_benchmark=args.tasks, out=args.out, backbone=args.backbone,
+                    benchmarks=tuple(args.benchmarks), action_mode=args.action_mode, max_steps=args.max_steps)
+
+
+def _backbone_overrides(values: list[str] | None) -> dict:
+    """``--backbone SPEC`` sets the single backbone; ``--backbone LABEL=SPEC`` sets (or adds)
+    one of ``backbones:``."""
+    out: dict = {}
+    for value in values or []:
+        label, sep, spec = value.partition("=")
+        if sep and "://" not in label and "/" not in label:
+            out.setdefault("backbones", {})[label] = spec
+        else:
+            out["backbone"] = value
+    return out
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from ap_gym.protocol import RunConfig, run
+    from ap_gym.protocol.config import ConfigError
 
+    serving = {k: v for k, v in {"deadline_s": args.deadline, "retries": args.serving_retries,
+                                 "concurrency": args.concurrency}.items() if v is not None}
     config = RunConfig.from_file(
-        args.config, name=args.name, workers=args.workers, backbone=args.backbone, out=args.out,
+        args.config, name=args.name, workers=args.workers, out=args.out, embedder=args.embedder,
         iterations=args.iterations, seeds=args.seeds, executor=args.executor, ray_address=args.ray_address,
-        lanes=args.lanes,
+        lanes=args.lanes, serving=serving or None, **_backbone_overrides(args.backbone),
     )
-    run_dir = run(config)
+    try:
+        run_dir = run(config)
+    except BackboneError as e:
+        raise ConfigError(f"{e}") from None
     _print_final(run_dir)
     print(f"results: {run_dir}  (tables and plots: ap-gym report {run_dir})")
     return 0
@@ -116,7 +138,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from ap_gym.backbones.server import serve
 
-    serve(None if args.model == "default" else args.model, host=args.host, port=args.port)
+    serve(None if args.model == "default" else args.model, host=args.host, port=args.port, embedder=args.embedder,
+          api_key=args.api_key, max_tokens_cap=args.max_tokens_cap, request_timeout_s=args.request_timeout)
     return 0
 
 
@@ -138,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=int, default=3, help="held-out tasks per benchmark")
     p.add_argument("--out", default="results/demo")
     p.add_argument("--backbone", default=None, help="default | tiny | model path | http://server/v1")
+    p.add_argument("--benchmarks", nargs="+", default=["textworld", "scienceworld"])
+    p.add_argument("--action-mode", choices=["choose", "react", "generate"], default="choose")
+    p.add_argument("--max-steps", type=int, default=50)
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("run", help="run the train / frozen-evaluation protocol from a config file")
@@ -147,7 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=["local", "ray"], help="where held-out episodes and settings run")
     p.add_argument("--ray-address", help="a running Ray cluster (auto | ray://host:port); default: start one")
     p.add_argument("--lanes", type=int, help="episodes per worker in lock-step, model calls batched")
-    p.add_argument("--backbone", help="default | tiny | model path | http://server/v1")
+    p.add_argument("--backbone", action="append",
+                   help="default | tiny | model path | http://server/v1; LABEL=SPEC sets one of several "
+                        "(repeat it); the config's backbones: otherwise")
+    p.add_argument("--embedder", help="default | sentence-transformers path | http://server/v1 (its /v1/embeddings)")
+    p.add_argument("--deadline", type=float, help="overall deadline of one call to a served model, in seconds")
+    p.add_argument("--serving-retries", type=int, help="retries of a failed call to a served model")
+    p.add_argument("--concurrency", type=int, help="calls in flight at once to a served model")
     p.add_argument("--iterations", type=int)
     p.add_argument("--seeds", type=int, nargs="+")
     p.add_argument("--out", help="results root (default: results)")
@@ -163,8 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="serve a transformers model over an OpenAI-compatible HTTP API")
     p.add_argument("--model", default="default", help="default (packaged SmolLM2), a model dir, or a .gguf")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="beyond loopback only with --api-key")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--embedder", help="also serve /v1/embeddings: default (packaged MiniLM) or a path")
+    p.add_argument("--api-key", help="require Authorization: Bearer KEY (default: $AP_GYM_API_KEY)")
+    p.add_argument("--max-tokens-cap", type=int, default=1024, help="the most tokens one request may generate")
+    p.add_argument("--request-timeout", type=float, default=120.0, help="seconds a request may generate")
     p.set_defaults(func=_cmd_serve)
     return parser
 

@@ -35,20 +35,26 @@ def episode_table(rows: list[tuple[str, str, Episode]], title: str) -> Table:
     return table
 
 
-def run_demo(tasks_per_benchmark: int = 3, out: str | Path = "results/demo", backbone: str | None = None) -> int:
+def run_demo(tasks_per_benchmark: int = 3, out: str | Path = "results/demo", backbone: str | None = None,
+             benchmarks: tuple[str, ...] = ("textworld", "scienceworld"), action_mode: str = "choose",
+             max_steps: int = 50) -> int:
+    """Play the no-memory agent (``action_mode``) and the floors on a few held-out tasks."""
     from ap_gym.backbones import make_backbone
-    from ap_gym.policies import NoMemory
+    from ap_gym.backbones.base import ServedBackbone
+    from ap_gym.envs import resolve_benchmark
+    from ap_gym.policies import AgentConfig, NoMemory
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     console = Console(width=None if sys.stdout.isatty() else 160)
     rows: list[tuple[str, str, Episode]] = []
     console.log("loading the backbone (the first run converts the packaged GGUF, ~20 s)")
-    agent = NoMemory(make_backbone(backbone)).eval()
-    from ap_gym.envs import resolve_benchmark
-
-    for bench in ("textworld", "scienceworld"):
-        env = gym.make(resolve_benchmark(bench), split="test")
+    model = make_backbone(backbone)
+    if isinstance(model, ServedBackbone):  # a server that cannot score candidates: say so now
+        model.check(scoring=action_mode == "choose")
+    agent = NoMemory(model, AgentConfig(action_mode=action_mode)).eval()  # type: ignore[arg-type]
+    for bench in benchmarks:
+        env = gym.make(resolve_benchmark(bench), split="test", max_episode_steps=max_steps)
         try:
             for task_id in env.unwrapped.task_ids("test")[:: max(1, 20 // tasks_per_benchmark)][:tasks_per_benchmark]:
                 for name, policy in (("no_memory", agent), ("random", RandomPolicy(seed=0)),
@@ -68,6 +74,6 @@ def run_demo(tasks_per_benchmark: int = 3, out: str | Path = "results/demo", bac
         s["successes"] += int(ep.success)
         s["steps"] += ep.num_steps
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    console.print(episode_table(rows, "ap-gym demo: held-out tasks (50-step limit)"))
+    console.print(episode_table(rows, f"ap-gym demo: held-out tasks ({max_steps}-step limit, {action_mode} mode)"))
     console.print(f"results: {out}/episodes.jsonl, {out}/summary.json")
     return 0

@@ -90,7 +90,8 @@ def _finish(
 ) -> Episode:
     trace: PolicyTrace = policy.trace() if began else PolicyTrace()
     steps = tuple(
-        dataclasses.replace(step, prompt=t.prompt, response=t.response, parse_failure=t.parse_failure)
+        dataclasses.replace(step, prompt=t.prompt, response=t.response, parse_failure=t.parse_failure,
+                            reasoning=t.reasoning)
         for step, t in zip(episode.steps, trace.steps, strict=False)
     ) + episode.steps[len(trace.steps):]
     episode = dataclasses.replace(

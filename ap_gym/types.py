@@ -129,6 +129,7 @@ class Step:
     prompt: str | None = None
     response: str | None = None
     parse_failure: bool = False
+    reasoning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -136,11 +137,13 @@ class Step:
 
 @dataclass(frozen=True)
 class StepTrace:
-    """What a policy reports about one ``act`` call: the exact prompt and raw output."""
+    """What a policy reports about one ``act`` call: the exact prompt and raw output, and
+    the reasoning the model wrote before its action (ReAct), when there is some."""
 
     prompt: str | None = None
     response: str | None = None
     parse_failure: bool = False
+    reasoning: str | None = None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import gymnasium as gym
 
 import ap_gym  # noqa: F401
-from ap_gym.backbones.base import Completion, GenerationConfig, Message
+from ap_gym.backbones.base import Completion, GenerationConfig, Message, Scores
 from ap_gym.policies import make_policy
 from ap_gym.rollout import run_episode
 
@@ -32,9 +32,12 @@ class ZeroCostBackbone:
 
     identity = "zero-cost"
 
-    def score(self, messages: Sequence[Message], candidates: Sequence[str], reduction: str = "sum") -> list[float]:
+    def score(self, messages: Sequence[Message], candidates: Sequence[str], reduction: str = "sum") -> Scores:
         n = sum(len(m["content"]) for m in messages)
-        return [float(zlib.crc32(f"{n}|{c}".encode()) % 10_000) for c in candidates]
+        return Scores(tuple(float(zlib.crc32(f"{n}|{c}".encode()) % 10_000) for c in candidates))
+
+    def describe(self) -> dict:
+        return {"kind": "zero-cost"}
 
     def generate(self, messages: Sequence[Message], config: GenerationConfig = GenerationConfig()) -> Completion:
         return Completion("look", 0, 0, 0.0)

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["Backbone", "BatchScorer", "Completion", "EpisodeCache", "GenerationConfig", "Message", "Reduction", "Scores"]
+__all__ = ["Backbone", "BatchScorer", "Completion", "EpisodeCache", "GenerationConfig", "Message", "Reduction",
+           "Scores", "ServedBackbone"]
 
 #: A chat message: ``{"role": "system"|"user"|"assistant", "content": str}``.
 Message = Mapping[str, str]
@@ -142,3 +143,12 @@ class EpisodeCache(Protocol):
     every episode computes the same numbers whichever episodes ran before it."""
 
     def reset_cache(self) -> None: ...
+
+
+@runtime_checkable
+class ServedBackbone(Protocol):
+    """A backbone behind a server: ``check`` says at the start of a run whether the model is
+    served and, when ``scoring``, whether candidates can be scored, raising a clear
+    :class:`~ap_gym.errors.BackboneError` otherwise."""
+
+    def check(self, *, scoring: bool) -> dict[str, Any]: ...

@@ -18,7 +18,7 @@ import numpy as np
 from ap_gym.errors import BackboneError
 from ap_gym.paths import package_file
 
-__all__ = ["DEFAULT_EMBEDDER", "Embedder", "SentenceTransformerEmbedder", "packaged_minilm"]
+__all__ = ["DEFAULT_EMBEDDER", "Embedder", "OpenAIEmbedder", "SentenceTransformerEmbedder", "make_embedder", "packaged_minilm"]
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 
@@ -74,3 +74,60 @@ class SentenceTransformerEmbedder:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "sentence-transformers", "identity": self.identity, "dim": self.dim}
+
+
+class OpenAIEmbedder:
+    """Embeddings from a server's ``/v1/embeddings`` (vLLM with an embedding model,
+    ``ap-gym serve --embedder default``, any OpenAI-compatible server).
+
+    The vectors are L2-normalised here, so cosine similarity is a dot product whatever
+    the server returns. The bandit's fallback threshold ρ = 0.7 was set on the paper's
+    embedder's similarity scale (Qwen3-Embedding-8B); another embedder has another
+    scale, so check the mean neighbour similarity in the episodes' ``policy_info``
+    (``mean_similarity``) before comparing fallback rates across embedders.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:8000/v1``.
+        model: the served embedding model (``None``: the first ``/v1/models`` lists).
+        batch_size: texts per request.
+    """
+
+    def __init__(self, base_url: str, model: str | None = None, *, batch_size: int = 64, **options: Any) -> None:
+        from ap_gym.backbones.openai import OpenAIBackbone
+
+        self._client = OpenAIBackbone(base_url, model, **options)  # transport, deadlines, retries
+        self.model = self._client.model
+        self.identity = f"{self.model} @ {self._client.base_url} (embeddings)"
+        self.batch_size = batch_size
+        self.dim = int(self.embed(["dimension probe"]).shape[1])
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start:start + self.batch_size])
+            data = self._client._request("POST", "/embeddings", {"model": self.model, "input": batch})
+            try:
+                items = sorted(data["data"], key=lambda d: d["index"])
+                rows += [list(map(float, d["embedding"])) for d in items]
+            except (KeyError, TypeError, ValueError) as e:
+                raise BackboneError(f"malformed embeddings from {self._client.base_url}: {str(data)[:200]}") from e
+            if len(items) != len(batch):
+                raise BackboneError(f"{self._client.base_url}/embeddings returned {len(items)} vectors for {len(batch)} texts")
+        vectors = np.asarray(rows, dtype=np.float32)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.maximum(norms, 1e-12)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "openai-embeddings", "identity": self.identity, "dim": self.dim}
+
+
+def make_embedder(spec: str | None = None, **options: Any) -> Embedder:
+    """An embedder from a short spec: ``default`` (the packaged MiniLM), a
+    sentence-transformers path or id, or an ``http(s)://.../v1`` server."""
+    if spec in (None, "", "default"):
+        return SentenceTransformerEmbedder()
+    if spec.startswith(("http://", "https://")):
+        return OpenAIEmbedder(spec, **options)
+    return SentenceTransformerEmbedder(spec)

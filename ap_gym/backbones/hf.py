@@ -12,9 +12,12 @@ lanes at once, each with its own cache.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ap_gym.backbones.base import (
@@ -40,11 +43,26 @@ from ap_gym.errors import BackboneError
 
 __all__ = [
     "DEFAULT_MODEL",
+    "ISOLATED",
+    "PromptLogprobs",
     "TransformersBackbone",
     "default_model_dir",
     "packaged_gguf",
     "tiny_llama",
 ]
+
+
+#: A ``session`` for a call that shares no KV cache with any other call.
+ISOLATED = object()
+
+
+@dataclass(frozen=True)
+class PromptLogprobs:
+    """Per prompt: the log-probability of every token (``None`` for the first), and the
+    greedy next token after it."""
+
+    logprobs: list[list[float | None]]
+    next_tokens: list[int]
 
 
 class TransformersBackbone:
@@ -81,6 +99,9 @@ class TransformersBackbone:
         self._eos = self._eos_ids()
         self._lock = threading.RLock()
         self._main = PrefixCache()
+        #: KV caches of named sessions (a served episode each), least recently used dropped first.
+        self._sessions: OrderedDict[Hashable, PrefixCache] = OrderedDict()
+        self.max_sessions = 64
         #: per-lane KV caches for :meth:`score_batch` with ``keys`` (lanes in lock-step).
         self._lane_caches: dict[Any, PrefixCache] = {}
         #: prefill accounting: tokens computed versus tokens reused from the KV cache.
@@ -142,13 +163,48 @@ class TransformersBackbone:
             else:
                 self._lane_caches.pop(key, None)
 
+    @contextlib.contextmanager
+    def _session(self, session: Hashable | None) -> Iterator[None]:
+        """Use ``session``'s KV cache for the call (``None``: the backbone's own, in-process
+        use; :data:`ISOLATED`: a fresh one, kept by nobody)."""
+        if session is None:
+            yield
+            return
+        if session is ISOLATED:
+            cache = PrefixCache()
+        else:
+            cache = self._sessions.pop(session, None) or PrefixCache()
+            self._sessions[session] = cache
+            while len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+        saved, self._main = self._main, cache
+        try:
+            yield
+        finally:
+            self._main = saved
+
     # ------------------------------------------------------------- generate
-    def generate(self, messages: Sequence[Message], config: GenerationConfig = GenerationConfig()) -> Completion:
+    def generate(self, messages: Sequence[Message], config: GenerationConfig = GenerationConfig(), *,
+                 session: Hashable | None = None, deadline: float | None = None) -> Completion:
+        """A chat completion. ``session`` picks the KV cache (see :meth:`_session`); past
+        ``deadline`` (a ``time.monotonic()`` value) generation stops with ``"length"``."""
+        with self._lock:
+            ids, truncated = self._encode_prompt(messages, config.max_new_tokens)
+            with self._session(session):
+                return self._generate(ids, config, deadline, {"truncated_prompt": True} if truncated else {})
+
+    def generate_ids(self, ids: Sequence[int], config: GenerationConfig = GenerationConfig(), *,
+                     deadline: float | None = None) -> Completion:
+        """A completion of a token-id prompt, sharing no cache; ``extra["token_ids"]`` holds the tokens."""
+        with self._lock, self._session(ISOLATED):
+            return self._generate(list(ids), config, deadline, {})
+
+    def _generate(self, ids: list[int], config: GenerationConfig, deadline: float | None,
+                  extra: dict[str, Any]) -> Completion:
         import torch
 
-        with self._lock, torch.inference_mode():
+        with torch.inference_mode():
             t0 = time.perf_counter()
-            ids, truncated = self._encode_prompt(messages, config.max_new_tokens)
             try:
                 logits = self._prefill(ids)
             except Exception as e:  # a corrupt cache must not poison later calls
@@ -171,12 +227,15 @@ class TransformersBackbone:
                     break
                 if len(generated) == config.max_new_tokens:
                     break
+                if deadline is not None and time.monotonic() > deadline:
+                    extra = {**extra, "timed_out": True}
+                    break
                 logits = self._forward([token], self._main.kv, logits_to_keep=1).logits[0, -1]
                 self._main.ids.append(token)
             self.stats["decode_tokens"] += len(generated)
             text = _cut_at_stop(text, config.stop)
             return Completion(text, len(ids), len(generated), time.perf_counter() - t0, finish,
-                              {"truncated_prompt": truncated} if truncated else {})
+                              {**extra, "token_ids": generated})
 
     @staticmethod
     def _pick(logits: Any, config: GenerationConfig, generator: Any) -> int:
@@ -280,6 +339,71 @@ class TransformersBackbone:
             targets = cand_ids[i][1:]
             for j in range(length):
                 totals[i] += float(logp[off + j, targets[j]])
+
+    def prompt_logprobs(self, prompts: Sequence[Sequence[int]], *, max_tokens_per_pass: int = 2048,
+                        chunk: int = 512) -> PromptLogprobs:
+        """The log-probability of every token of every prompt, sharing no cache.
+
+        Prompts that share a prefix (a chat prompt followed by each candidate command)
+        are computed in one pass over the prefix, then one packed pass over the suffixes,
+        as :meth:`score` does; the result equals one forward pass per prompt.
+        """
+        import torch
+
+        prompts = [list(p) for p in prompts]
+        if not prompts or any(not p for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        shortest = min(len(p) for p in prompts)
+        common = 0
+        while common < shortest - 1 and all(p[common] == prompts[0][common] for p in prompts):
+            common += 1
+        groups = [(prompts[0][:common], list(range(len(prompts))))] if common else \
+            [(p[:-1], [k]) for k, p in enumerate(prompts)]
+        logprobs: list[list[float | None]] = [[] for _ in prompts]
+        next_tokens = [0] * len(prompts)
+        with self._lock, torch.inference_mode():
+            for prefix, members in groups:
+                self._prompt_group(prefix, [prompts[k][len(prefix):] for k in members], members, logprobs,
+                                   next_tokens, max_tokens_per_pass, chunk)
+        return PromptLogprobs(logprobs, next_tokens)
+
+    def _prompt_group(self, prefix: list[int], suffixes: list[list[int]], members: list[int],
+                      logprobs: list[list[float | None]], next_tokens: list[int], max_tokens_per_pass: int,
+                      chunk: int) -> None:
+        import torch
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        head: list[float | None] = [None]
+        last = None
+        if prefix:  # chunked prefill, keeping each prefix token's log-probability
+            for start in range(0, len(prefix), chunk):
+                piece = prefix[start:start + chunk]
+                logp = torch.log_softmax(self._forward(piece, cache).logits[0].float(), -1)
+                targets = prefix[start + 1:start + 1 + len(piece)]
+                head += [float(logp[j, t]) for j, t in enumerate(targets)]
+                last = logp[-1]
+        for k, suffix in zip(members, suffixes, strict=True):
+            first = [] if last is None else [float(last[suffix[0]])]
+            logprobs[k] = head[:len(prefix)] + first if prefix else [None]
+        order = list(range(len(suffixes)))
+        start = 0
+        while start < len(order):  # suffixes packed after the prefix, as score() packs candidates
+            batch, size = [], 0
+            while start < len(order) and (not batch or size + len(suffixes[order[start]]) <= max_tokens_per_pass):
+                batch.append(order[start])
+                size += len(suffixes[order[start]])
+                start += 1
+            tokens, positions, spans = pack(suffixes, batch, len(prefix), whole=True)
+            mask = candidate_mask(spans, len(prefix), len(tokens), self.model.dtype, self.device)
+            out = self._forward(tokens, cache, attention_mask=mask[None, None],
+                                position_ids=torch.tensor([positions], device=self.device))
+            crop(cache, len(prefix))
+            logp = torch.log_softmax(out.logits[0].float(), -1)
+            for i, (off, length) in zip(batch, spans, strict=True):
+                suffix, k = suffixes[i], members[i]
+                logprobs[k] += [float(logp[off + j - 1, suffix[j]]) for j in range(1, length)]
+                next_tokens[k] = int(torch.argmax(logp[off + length - 1]))
 
     def score_batch(
         self, requests: Sequence[ScoreRequest], *, keys: Sequence[Any] | None = None, max_elements: int = 1 << 23,

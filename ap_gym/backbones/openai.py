@@ -1,13 +1,24 @@
-"""Any OpenAI-compatible chat endpoint (vLLM, SGLang, llama.cpp server, Ollama, ``ap-gym serve``).
+"""Any OpenAI-compatible server as a backbone: vLLM, SGLang, llama.cpp, Ollama, ``ap-gym serve``.
 
-Retries with exponential backoff on 429, 5xx and connection errors; a concurrency limit
-shared by every thread that uses the backbone; and, when it finally gives up, a
+Everything goes through standard routes, so the same run works against vLLM and against
+``ap-gym serve``:
+
+* ``generate``: ``/v1/chat/completions`` (``user`` carries a session id per episode and
+  thread, so a server that keeps KV caches per session never mixes two episodes);
+* ``score`` (the agent's ``choose`` mode): the chat prompt is tokenized with the model's
+  template (``/tokenize`` with ``messages``), each candidate is appended as tokens, and
+  ``/v1/completions`` returns every prompt token's log-probability (vLLM's
+  ``prompt_logprobs``; where a server lacks it, the legacy ``echo`` + ``logprobs``). vLLM's
+  prefix caching shares the prompt's computation between candidates. A server that
+  offers neither is refused by :meth:`OpenAIBackbone.check` at the start of a run, with
+  an error that names the ``generate`` and ``react`` modes.
+
+Every call has an overall deadline (``deadline_s``: a server that sends one byte a
+second is cut off, unlike with a per-read timeout), is retried with exponential backoff
+on 429, 5xx, timeouts and connection errors (``retries``), and waits for one of
+``concurrency`` slots shared by every thread. When it finally gives up it raises
 :class:`~ap_gym.errors.BackboneError`, which the rollout loop records as an
 infrastructure failure rather than a failed task.
-
-``score`` needs candidate log-likelihoods, which the chat API does not give: it uses
-``ap-gym serve``'s ``/v1/ap_gym/score`` extension. Against other servers use the
-agent's ``generate`` action mode.
 """
 
 from __future__ import annotations
@@ -15,94 +26,147 @@ from __future__ import annotations
 import os
 import threading
 import time
+import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from ap_gym.backbones.base import Completion, GenerationConfig, Message, Reduction, Scores
 from ap_gym.errors import BackboneError
 
-__all__ = ["OpenAIBackbone"]
+__all__ = ["OpenAIBackbone", "ServingOptions"]
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+SCORING_METHODS = ("prompt_logprobs", "echo")
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    """How a served backbone is called; settable from a run config (``serving:``) and the CLI.
+
+    Attributes:
+        deadline_s: the longest one call may take, all bytes included.
+        retries: attempts after the first, with exponential backoff.
+        backoff_s: the first backoff (doubled each retry, at most 30 s).
+        concurrency: requests in flight at once, across threads.
+        check_deadline_s: the deadline of the start-up check (model listed, scoring available).
+    """
+
+    deadline_s: float = 120.0
+    retries: int = 4
+    backoff_s: float = 0.5
+    concurrency: int = 8
+    check_deadline_s: float = 15.0
+
+
+class _Retryable(Exception):
+    """A failure worth another attempt (timeout, connection, 429/5xx, bad JSON)."""
 
 
 class OpenAIBackbone:
-    """A chat model behind an OpenAI-compatible HTTP API.
+    """A chat model behind an OpenAI-compatible HTTP API; see the module docstring.
 
     Args:
         base_url: e.g. ``http://127.0.0.1:8000/v1``.
         model: the served model's name (``/v1/models`` lists them); ``None`` takes the first.
         api_key: defaults to ``$AP_GYM_API_KEY`` or ``$OPENAI_API_KEY`` (or none).
-        timeout_s: per-request timeout.
-        max_retries: retries after the first attempt, with exponential backoff.
-        backoff_s: the first backoff; doubled each retry, capped at 30 s.
-        concurrency: requests in flight at once, across threads.
+        options: deadlines, retries and concurrency (:class:`ServingOptions`).
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str | None = None,
-        *,
-        api_key: str | None = None,
-        timeout_s: float = 120.0,
-        max_retries: int = 4,
-        backoff_s: float = 0.5,
-        concurrency: int = 8,
-    ) -> None:
+    def __init__(self, base_url: str, model: str | None = None, *, api_key: str | None = None,
+                 options: ServingOptions | None = None, **overrides: Any) -> None:
         self.base_url = base_url.rstrip("/")
+        self.options = ServingOptions(**{**(options.__dict__ if options else {}), **overrides})
         key = api_key or os.environ.get("AP_GYM_API_KEY") or os.environ.get("OPENAI_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.Client(timeout=timeout_s, headers=headers)
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.concurrency = concurrency
-        self._slots = threading.BoundedSemaphore(concurrency)
-        self.model = model or self._first_model()
+        self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(self.options.deadline_s, connect=10.0))
+        self._slots = threading.BoundedSemaphore(self.options.concurrency)
+        self._local = threading.local()
+        self._candidate_ids: OrderedDict[str, list[int]] = OrderedDict()
+        self._scoring: str | None | bool = False  # False: not probed yet
+        self.model = model or self._first_model(self.options.check_deadline_s)
         self.identity = f"{self.model} @ {self.base_url}"
 
-    def _first_model(self) -> str:
-        data = self._request("GET", "/models")
-        models = [m["id"] for m in data.get("data", [])]
+    # ------------------------------------------------------------- transport
+    @property
+    def _root(self) -> str:
+        """The server's root: vLLM's ``/tokenize`` sits beside ``/v1``, not under it."""
+        return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+
+    def _request(self, method: str, path: str, payload: dict[str, Any] | None = None, *,
+                 deadline_s: float | None = None, retries: int | None = None, root: bool = False) -> dict[str, Any]:
+        url = (self._root if root else self.base_url) + path
+        attempts = (self.options.retries if retries is None else retries) + 1
+        retrying = Retrying(stop=stop_after_attempt(attempts), reraise=True,
+                            wait=wait_exponential(multiplier=self.options.backoff_s, max=30),
+                            retry=retry_if_exception_type(_Retryable))
+        try:
+            for attempt in retrying:
+                with attempt:
+                    return self._once(method, url, payload, deadline_s or self.options.deadline_s)
+        except _Retryable as e:
+            raise BackboneError(f"{url} failed after {attempts} attempts ({e}); is the server up? "
+                                "Deadlines and retries: serving: in the config, or --deadline/--retries") from None
+        raise AssertionError("unreachable")
+
+    def _once(self, method: str, url: str, payload: dict[str, Any] | None, deadline_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + deadline_s
+        with self._slots:
+            try:
+                with self._client.stream(method, url, json=payload,
+                                         timeout=httpx.Timeout(deadline_s, connect=min(10.0, deadline_s))) as response:
+                    body = bytearray()
+                    for part in response.iter_bytes():  # an overall deadline, not a per-read one
+                        body += part
+                        if time.monotonic() > deadline:
+                            raise _Retryable(f"no complete answer within the {deadline_s:g} s deadline")
+                    status = response.status_code
+            except httpx.TimeoutException as e:
+                raise _Retryable(f"timed out ({type(e).__name__})") from None
+            except (httpx.TransportError, OSError) as e:
+                raise _Retryable(f"{type(e).__name__}: {e}") from None
+        text = body.decode("utf-8", errors="replace")
+        if status in _RETRY_STATUS:
+            raise _Retryable(f"HTTP {status}: {text[:200]}")
+        if status >= 300:
+            raise BackboneError(f"{url} answered HTTP {status}: {text[:500]}")
+        try:
+            data = httpx.Response(200, content=bytes(body)).json()
+        except ValueError:
+            raise _Retryable(f"invalid JSON from {url}: {text[:200]!r}") from None
+        if not isinstance(data, dict):
+            raise BackboneError(f"{url} answered {type(data).__name__}, not a JSON object: {text[:200]!r}")
+        return data
+
+    def _first_model(self, deadline_s: float) -> str:
+        data = self._request("GET", "/models", deadline_s=deadline_s, retries=1)
+        models = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
         if not models:
             raise BackboneError(f"{self.base_url}/models lists no model; pass model=")
-        return models[0]
+        return str(models[0])
 
-    def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
-        url = self.base_url + path
-        delay = self.backoff_s
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            with self._slots:
-                try:
-                    response = self._client.request(method, url, json=payload)
-                except (httpx.TransportError, OSError) as e:
-                    last = f"{type(e).__name__}: {e}"
-                else:
-                    if response.status_code < 300:
-                        try:
-                            return response.json()
-                        except ValueError:
-                            last = f"invalid JSON from {url}: {response.text[:200]!r}"
-                    elif response.status_code in _RETRY_STATUS:
-                        last = f"HTTP {response.status_code}: {response.text[:200]}"
-                    else:
-                        raise BackboneError(f"{url} answered HTTP {response.status_code}: {response.text[:500]}")
-            if attempt < self.max_retries:
-                time.sleep(delay)
-                delay = min(2 * delay, 30.0)
-        raise BackboneError(f"{url} failed after {self.max_retries + 1} attempts ({last}); is the server up?")
+    # -------------------------------------------------------------- sessions
+    @property
+    def session(self) -> str:
+        """This thread's session id (a new one per episode, see :meth:`reset_cache`)."""
+        if getattr(self._local, "session", None) is None:
+            self._local.session = uuid.uuid4().hex
+        return str(self._local.session)
 
+    def reset_cache(self) -> None:
+        """A new episode on this thread: a new session, so no server cache is shared."""
+        self._local.session = uuid.uuid4().hex
+
+    # ------------------------------------------------------------- generate
     def generate(self, messages: Sequence[Message], config: GenerationConfig = GenerationConfig()) -> Completion:
         payload: dict[str, Any] = {
-            "model": self.model,
-            "messages": [dict(m) for m in messages],
-            "max_tokens": config.max_new_tokens,
-            "temperature": config.temperature,
-            "top_p": config.top_p,
+            "model": self.model, "messages": [dict(m) for m in messages], "max_tokens": config.max_new_tokens,
+            "temperature": config.temperature, "top_p": config.top_p, "user": self.session,
         }
         if config.stop:
             payload["stop"] = list(config.stop)
@@ -113,16 +177,12 @@ class OpenAIBackbone:
         try:
             choice = data["choices"][0]
             text = choice["message"]["content"] or ""
-        except (KeyError, IndexError, TypeError) as e:
+            usage = data.get("usage") or {}
+            prompt_tokens, completion_tokens = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+        except (KeyError, IndexError, TypeError, ValueError) as e:
             raise BackboneError(f"malformed chat completion from {self.base_url}: {str(data)[:300]}") from e
-        usage = data.get("usage") or {}
-        return Completion(
-            text=text,
-            prompt_tokens=int(usage.get("prompt_tokens", 0)),
-            completion_tokens=int(usage.get("completion_tokens", 0)),
-            latency_s=time.perf_counter() - t0,
-            finish_reason=str(choice.get("finish_reason") or "stop"),
-        )
+        return Completion(text=str(text), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                          latency_s=time.perf_counter() - t0, finish_reason=str(choice.get("finish_reason") or "stop"))
 
     def generate_batch(
         self, batch: Sequence[Sequence[Message]], config: GenerationConfig = GenerationConfig()
@@ -130,28 +190,104 @@ class OpenAIBackbone:
         """Concurrent requests, at most ``concurrency`` in flight."""
         if not batch:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(batch))) as pool:
+        with ThreadPoolExecutor(max_workers=min(self.options.concurrency, len(batch))) as pool:
             return list(pool.map(lambda m: self.generate(m, config), batch))
 
-    def score(
-        self, messages: Sequence[Message], candidates: Sequence[str], reduction: Reduction = "sum"
-    ) -> Scores:
-        data = self._request("POST", "/ap_gym/score", {
-            "model": self.model, "messages": [dict(m) for m in messages],
-            "candidates": list(candidates), "reduction": reduction,
-        })
-        scores = data.get("scores")
-        if not isinstance(scores, list) or len(scores) != len(candidates):
-            raise BackboneError(
-                f"{self.base_url} cannot score candidates (needs ap-gym serve's /v1/ap_gym/score); "
-                "use the agent's 'generate' action mode with other servers"
-            )
-        usage = data.get("usage") or {}
-        return Scores(tuple(float(s) for s in scores), int(usage.get("prompt_tokens", 0)),
-                      int(usage.get("candidate_tokens", 0)))
+    # ---------------------------------------------------------------- score
+    def _tokenize(self, payload: dict[str, Any], deadline_s: float | None = None, retries: int | None = None) -> list[int]:
+        data = self._request("POST", "/tokenize", {"model": self.model, **payload}, root=True,
+                             deadline_s=deadline_s, retries=retries)
+        tokens = data.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise BackboneError(f"{self._root}/tokenize answered without token ids: {str(data)[:200]}")
+        return tokens
+
+    def _candidate(self, text: str) -> list[int]:
+        ids = self._candidate_ids.get(text)
+        if ids is None:  # admissible commands repeat from step to step: tokenize each once
+            ids = self._tokenize({"prompt": text, "add_special_tokens": False}) or [0]
+            self._candidate_ids[text] = ids
+            while len(self._candidate_ids) > 20_000:
+                self._candidate_ids.popitem(last=False)
+        return ids
+
+    def _prompt_logprobs(self, prompts: list[list[int]], method: str, deadline_s: float | None = None,
+                         retries: int | None = None) -> list[list[float | None]]:
+        payload: dict[str, Any] = {"model": self.model, "prompt": prompts, "max_tokens": 1, "temperature": 0.0}
+        payload.update({"prompt_logprobs": 0} if method == "prompt_logprobs" else {"echo": True, "logprobs": 0})
+        data = self._request("POST", "/completions", payload, deadline_s=deadline_s, retries=retries)
+        try:
+            choices = sorted(data["choices"], key=lambda c: c["index"])
+            out = []
+            for choice, ids in zip(choices, prompts, strict=True):
+                if method == "prompt_logprobs":
+                    entries = choice["prompt_logprobs"]
+                    out.append([None] + [float(e[str(t)]["logprob"]) for e, t in zip(entries[1:], ids[1:], strict=True)])
+                else:
+                    values = choice["logprobs"]["token_logprobs"][:len(ids)]
+                    out.append([None if v is None else float(v) for v in values])
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise BackboneError(f"{self.base_url}/completions answered no {method} for the prompts: "
+                                f"{str(data)[:300]}") from e
+        return out
+
+    def score(self, messages: Sequence[Message], candidates: Sequence[str], reduction: Reduction = "sum") -> Scores:
+        """Log-likelihood of each candidate as the assistant's reply (see the module docstring)."""
+        if not candidates:
+            return Scores(())
+        method = self.scoring_method()
+        if method is None:
+            raise BackboneError(self._no_scoring())
+        prompt = self._tokenize({"messages": [dict(m) for m in messages], "add_generation_prompt": True})
+        cands = [self._candidate(c) for c in candidates]
+        logprobs = self._prompt_logprobs([prompt + c for c in cands], method)
+        values = []
+        for lp, c in zip(logprobs, cands, strict=True):
+            total = sum(v for v in lp[len(prompt):len(prompt) + len(c)] if v is not None)
+            values.append(total / len(c) if reduction == "mean" else total)
+        return Scores(tuple(values), len(prompt), sum(len(c) for c in cands))
+
+    def scoring_method(self) -> str | None:
+        """How this server scores candidates (``prompt_logprobs``, ``echo``), or ``None``; probed once."""
+        if self._scoring is False:
+            self._scoring = None
+            try:
+                probe = self._tokenize({"prompt": "look around", "add_special_tokens": False},
+                                       deadline_s=self.options.check_deadline_s, retries=1)
+            except BackboneError:
+                return None
+            probe = probe or [0]
+            for method in SCORING_METHODS:
+                try:
+                    lp = self._prompt_logprobs([probe + probe], method, deadline_s=self.options.check_deadline_s,
+                                               retries=1)[0]
+                except BackboneError:
+                    continue
+                if len(lp) == 2 * len(probe) and all(v is not None for v in lp[1:]):
+                    self._scoring = method
+                    break
+        return self._scoring  # type: ignore[return-value]
+
+    def _no_scoring(self) -> str:
+        return (f"{self.base_url} cannot score candidate commands: it offers neither /tokenize with "
+                "/v1/completions prompt_logprobs (vLLM, ap-gym serve) nor echo + logprobs. Use the agent's "
+                "'generate' or 'react' action mode with this server (agent: {action_mode: react})")
+
+    def check(self, *, scoring: bool) -> dict[str, Any]:
+        """At the start of a run: the model is listed and, when ``scoring``, candidates can be
+        scored; otherwise a clear :class:`BackboneError` before any episode runs."""
+        models = self._request("GET", "/models", deadline_s=self.options.check_deadline_s, retries=1)
+        names = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
+        if self.model not in names:
+            raise BackboneError(f"{self.base_url} does not serve {self.model!r} (it lists {names})")
+        method = self.scoring_method() if scoring else None
+        if scoring and method is None:
+            raise BackboneError(self._no_scoring())
+        return {"model": self.model, "scoring": method}
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "openai", "identity": self.identity, "base_url": self.base_url, "model": self.model}
+        return {"kind": "openai", "identity": self.identity, "base_url": self.base_url, "model": self.model,
+                "scoring": self._scoring or None, "options": dict(self.options.__dict__)}
 
     def close(self) -> None:
         self._client.close()

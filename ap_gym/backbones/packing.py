@@ -23,14 +23,16 @@ from ap_gym.backbones.kv_cache import PrefixCache
 __all__ = ["LaneRow", "candidate_mask", "lane_batch", "pack", "stack_caches", "to_additive"]
 
 
-def pack(cand_ids: Sequence[Sequence[int]], chunk: Sequence[int], prefix: int) -> tuple[list[int], list[int], list[tuple[int, int]]]:
-    """The fed tokens (every candidate but its last token), their positions, and each
+def pack(cand_ids: Sequence[Sequence[int]], chunk: Sequence[int], prefix: int,
+         whole: bool = False) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+    """The fed tokens (every candidate but its last token, or all of it with ``whole``:
+    then the last position predicts what follows), their positions, and each
     candidate's ``(offset, length)`` in the feed."""
     tokens: list[int] = []
     positions: list[int] = []
     spans: list[tuple[int, int]] = []
     for i in chunk:
-        feed = list(cand_ids[i][:-1])
+        feed = list(cand_ids[i]) if whole else list(cand_ids[i][:-1])
         spans.append((len(tokens), len(feed)))
         tokens += feed
         positions += range(prefix, prefix + len(feed))

@@ -51,8 +51,9 @@ class BasePolicy:
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         raise NotImplementedError
 
-    def record_step(self, prompt: str | None = None, response: str | None = None, parse_failure: bool = False) -> None:
-        self._steps.append(StepTrace(prompt, response, parse_failure))
+    def record_step(self, prompt: str | None = None, response: str | None = None, parse_failure: bool = False,
+                    reasoning: str | None = None) -> None:
+        self._steps.append(StepTrace(prompt, response, parse_failure, reasoning))
 
     def trace(self) -> PolicyTrace:
         return PolicyTrace(self.meter.snapshot(), tuple(self._steps), dict(self.decisions))

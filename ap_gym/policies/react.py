@@ -1,4 +1,4 @@
-"""The acting agent (ReAct-style, acting only) and the no-memory baseline.
+"""The acting agent (ReAct) and the no-memory baseline.
 
 Every memory design is this agent plus something in its prompt. The prompt is a chat:
 
@@ -13,16 +13,23 @@ The prompt grows by appending within the window, so a backbone that reuses its K
 prefills only the new turn. When the window overflows, the oldest half is dropped at
 once (rather than one turn per step) so that reuse resumes on the next step.
 
-Two action modes:
+Three action modes (``AgentConfig.action_mode``, recorded in every Episode):
 
 * ``choose``: score every admissible command with the backbone and take the best
-  (``reduction`` ``"sum"`` or ``"mean"`` log-likelihood; recorded in the Episode). When
-  the env gives no admissible commands the agent generates instead.
-* ``generate``: free text, normalised: the first non-empty line, with prefixes such as
-  ``> `` or ``Action:`` stripped, matched to the closest admissible command when one is
-  close enough (difflib ratio >= 0.6). Empty output becomes ``look``; output close to no
-  admissible command is sent as written (the env answers "nothing happens"). Both
-  count as parse failures; nothing the model writes can crash an episode.
+  (``reduction`` ``"sum"`` or ``"mean"`` log-likelihood). When the env gives no
+  admissible commands the agent generates instead.
+* ``react``: the paper's agents: the model writes a ``Thought:`` line, then an
+  ``Action:`` line (the format is in ``prompts/acting_react.txt``). The parser takes the
+  action; the thought is kept in the step record (``reasoning``) and stays in the
+  history, so later turns see it as the model wrote it.
+* ``generate``: one free line, no reasoning.
+
+Generated commands are normalised: prefixes such as ``> `` or ``Action:`` stripped,
+matched to the closest admissible command when one is close enough (difflib ratio >=
+0.6). Empty output becomes ``look``; output close to no admissible command is sent as
+written (the env answers "nothing happens"); a ReAct reply without an ``Action:`` line
+is read from its last line. Each of these counts as a parse failure; nothing the model
+writes can crash an episode.
 """
 
 from __future__ import annotations
@@ -38,8 +45,10 @@ from ap_gym.policies.base import BasePolicy
 from ap_gym.policies.prompting import load_prompt
 from ap_gym.policies.registry import register_policy
 
-__all__ = ["AgentConfig", "NoMemory", "ReActAgent", "normalise_action"]
+__all__ = ["AgentConfig", "NoMemory", "ReActAgent", "normalise_action", "parse_react"]
 
+_THOUGHT = re.compile(r"^\s*(?:thought|reasoning|think)\s*:\s*(.*)$", re.I)
+_ACTION = re.compile(r"^\s*action\s*:\s*(.*)$", re.I)
 _PREFIX = re.compile(r"^\s*(?:>+|action\s*:|command\s*:|next action\s*:|assistant\s*:|\d+[.)])\s*", re.I)
 FALLBACK_ACTION = "look"
 #: difflib similarity above which free text is mapped to an admissible command.
@@ -51,26 +60,31 @@ class AgentConfig:
     """How the acting agent turns a backbone into commands.
 
     Attributes:
-        action_mode: ``"choose"`` among admissible commands by score, or ``"generate"``.
+        action_mode: ``"choose"`` among admissible commands by score, ``"react"`` (a
+            thought, then an action), or ``"generate"`` (an action alone).
         reduction: how ``choose`` reduces token log-likelihoods: ``"sum"`` or ``"mean"``.
         history_window: at most this many past steps in the prompt.
         max_observation_chars: observations are cut to this length in the prompt.
         list_admissible: show the admissible commands in the prompt.
         max_admissible_listed: list at most this many (ScienceWorld has hundreds).
         generation: decoding options for ``generate`` mode.
+        react_generation: decoding options for ``react`` mode (room for a thought).
     """
 
-    action_mode: Literal["choose", "generate"] = "choose"
+    action_mode: Literal["choose", "generate", "react"] = "choose"
     reduction: Literal["sum", "mean"] = "sum"
     history_window: int = 20
     max_observation_chars: int = 2000
     list_admissible: bool = True
     max_admissible_listed: int = 60
     generation: GenerationConfig = field(default_factory=lambda: GenerationConfig(max_new_tokens=24, stop=("\n",)))
+    react_generation: GenerationConfig = field(
+        default_factory=lambda: GenerationConfig(max_new_tokens=128, stop=("\nObservation", "\n\n")))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["generation"] = self.generation.to_dict()
+        d["react_generation"] = self.react_generation.to_dict()
         return d
 
     @classmethod
@@ -81,9 +95,29 @@ class AgentConfig:
         if isinstance(value, cls):
             return value
         options = dict(value)
-        if isinstance(options.get("generation"), Mapping):
-            options["generation"] = GenerationConfig.coerce(options["generation"])
+        for key in ("generation", "react_generation"):
+            if isinstance(options.get(key), Mapping):
+                options[key] = GenerationConfig.coerce(options[key])
         return cls(**options)
+
+
+def parse_react(text: str, admissible: Sequence[str] | None = None) -> tuple[str, str, bool]:
+    """A ReAct reply as ``(thought, action, parse_failure)``.
+
+    The first ``Action:`` line is the action (normalised as in :func:`normalise_action`);
+    the ``Thought:`` lines before it are the thought. Without an ``Action:`` line the last
+    non-empty line is read as the action, and that counts as a parse failure.
+    """
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    thought: list[str] = []
+    for ln in lines:
+        if m := _ACTION.match(ln):
+            action, failure = normalise_action(m.group(1), admissible)
+            return " ".join(thought).strip(), action, failure
+        m = _THOUGHT.match(ln)
+        thought.append(m.group(1) if m else ln.strip())
+    action, _ = normalise_action(lines[-1] if lines else "", admissible)
+    return " ".join(thought[:-1]).strip(), action, True
 
 
 def normalise_action(text: str, admissible: Sequence[str] | None = None) -> tuple[str, bool]:
@@ -136,7 +170,9 @@ class ReActAgent(BasePolicy):
     def start(self, observation: str, info: Mapping[str, Any], guidance: str | None = None) -> None:
         """Set up the episode's prompt: the instruction and, when given, the guidance block."""
         self.guidance = guidance
-        system = load_prompt("acting_system").format(instruction=info.get("instruction", ""))
+        self.decisions["action_mode"] = self.config.action_mode
+        prompt = "acting_react" if self.config.action_mode == "react" else "acting_system"
+        system = load_prompt(prompt).format(instruction=info.get("instruction", ""))
         if self.guidance:
             system += "\n\n" + self.guidance
         self._system = system
@@ -178,13 +214,20 @@ class ReActAgent(BasePolicy):
             top = sorted(range(len(admissible)), key=lambda i: -scores[i])[:3]
             response = f"chose {action!r} ({self.config.reduction} log-lik {scores[best]:.3f}); top: " + \
                 ", ".join(f"{admissible[i]!r}={scores[i]:.3f}" for i in top)
+            reply, thought = action, None
+        elif self.config.action_mode == "react":
+            completion = self.backbone.generate(messages, self.config.react_generation)
+            self.meter.record("acting", completion.prompt_tokens, completion.completion_tokens)
+            thought, action, failure = parse_react(completion.text, admissible)
+            thought, response = thought or None, completion.text
+            reply = f"Thought: {thought or ''}\nAction: {action}"  # what later turns see, as ReAct's agents do
         else:
             completion = self.backbone.generate(messages, self.config.generation)
             self.meter.record("acting", completion.prompt_tokens, completion.completion_tokens)
             action, failure = normalise_action(completion.text, admissible)
-            response = completion.text
-        self.record_step(self.transcript(messages), response, failure)
-        self._turns += [{"role": "user", "content": self._cut(observation)}, {"role": "assistant", "content": action}]
+            response, reply, thought = completion.text, action, None
+        self.record_step(self.transcript(messages), response, failure, reasoning=thought)
+        self._turns += [{"role": "user", "content": self._cut(observation)}, {"role": "assistant", "content": reply}]
         return action
 
     def describe(self) -> dict[str, Any]:

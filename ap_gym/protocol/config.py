@@ -24,7 +24,7 @@ __all__ = ["EXECUTION_KEYS", "ConfigError", "PolicySpec", "RunConfig", "import_m
 
 #: config keys that change how or where a run executes, not what it computes: a run may
 #: be resumed with other values (say, started locally and finished on Ray, or moved).
-EXECUTION_KEYS = frozenset({"workers", "executor", "ray_address", "lanes", "out"})
+EXECUTION_KEYS = frozenset({"workers", "executor", "ray_address", "lanes", "out", "serving"})
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
 
 
@@ -77,6 +77,18 @@ class PolicySpec(BaseModel):
         return _safe_name(value, "policy label")
 
 
+class Serving(BaseModel):
+    """How served backbones and embedders are called (see :class:`~ap_gym.backbones.openai.ServingOptions`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    deadline_s: float = Field(default=120.0, gt=0)
+    retries: int = Field(default=4, ge=0)
+    backoff_s: float = Field(default=0.5, ge=0)
+    concurrency: int = Field(default=8, ge=1)
+    check_deadline_s: float = Field(default=15.0, gt=0)
+
+
 class RunConfig(BaseModel):
     """Everything that defines a run; saved whole with its results.
 
@@ -87,7 +99,12 @@ class RunConfig(BaseModel):
         benchmarks: short names (``textworld``, ``scienceworld``, ...) or registered env ids.
         policies: what to compare.
         backbone: ``default``, ``tiny``, a model path, or an OpenAI-compatible URL.
-        embedder: ``default`` or a sentence-transformers path.
+        backbones: several backbones by label (label -> spec as for ``backbone``); the
+            grid becomes benchmark x backbone x policy x seed and results are filed under
+            ``<benchmark>/<backbone label>/<policy>/seed<k>``. ``backbone`` is then unused.
+        embedder: ``default``, a sentence-transformers path, or an OpenAI-compatible URL
+            (``/v1/embeddings``).
+        serving: deadlines, retries and concurrency for served backbones and embedders.
         seeds: one full protocol per seed.
         iterations, train_per_iter: the protocol's rounds and training sample size.
         heldout: evaluate N held-out tasks spread evenly over the split (``None``: all, the paper's).
@@ -115,7 +132,9 @@ class RunConfig(BaseModel):
     benchmarks: tuple[str, ...] = Field(default=("textworld",), min_length=1)
     policies: tuple[PolicySpec, ...] = Field(default=(PolicySpec(name="no_memory"),), min_length=1)
     backbone: str = "default"
+    backbones: dict[str, str] | None = None
     embedder: str = "default"
+    serving: Serving = Field(default_factory=Serving)
     seeds: tuple[int, ...] = Field(default=(0,), min_length=1)
     iterations: int = Field(default=10, ge=1)
     train_per_iter: int = Field(default=50, ge=0)
@@ -134,6 +153,16 @@ class RunConfig(BaseModel):
     @classmethod
     def _name_is_a_path_component(cls, value: str) -> str:
         return _safe_name(value, "run name")
+
+    @field_validator("backbones")
+    @classmethod
+    def _backbone_labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("backbones: name at least one (label: spec), or use backbone:")
+            for label in value:
+                _safe_name(label, "backbone label")
+        return value
 
     @model_validator(mode="after")
     def _registered(self) -> RunConfig:
@@ -175,7 +204,13 @@ class RunConfig(BaseModel):
                               "(see benchmarks/smoke.yaml)")
         if not isinstance(data, Mapping):
             raise ConfigError(f"{path} must be a mapping of keys to values, not a {type(data).__name__}")
-        data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
+        data = dict(data)
+        for key, value in overrides.items():  # mappings (backbones, serving) are merged, not replaced
+            if value is None:
+                continue
+            if isinstance(value, Mapping) and isinstance(data.get(key), Mapping):
+                value = {**data[key], **value}
+            data[key] = value
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -198,6 +233,11 @@ class RunConfig(BaseModel):
 
     def policy(self, label: str) -> PolicySpec:
         return next(p for p in self.policies if p.label == label)
+
+    def backbone_specs(self) -> dict[str | None, str]:
+        """Backbone label -> spec; the single ``backbone`` has the label ``None`` (its results
+        keep the layout without a backbone level)."""
+        return dict(self.backbones) if self.backbones else {None: self.backbone}
 
     def what_it_computes(self) -> dict[str, Any]:
         """The config without the keys that only say how or where it runs (resume compares this)."""

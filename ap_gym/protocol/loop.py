@@ -35,8 +35,8 @@ from ap_gym.protocol.setting import (
     Resources,
     Setting,
     build_policy,
+    check_backbones,
     make_env,
-    needs_backbone,
     run_with_retries,
 )
 
@@ -69,7 +69,7 @@ def run(config: RunConfig, *, progress: bool = True) -> Path:
     return Runner(config).run(progress=progress)
 
 
-def run_one_setting(config: RunConfig, benchmark: str, label: str, seed: int) -> str:
+def run_one_setting(config: RunConfig, benchmark: str, label: str, seed: int, backbone: str | None = None) -> str:
     """One setting of a grid, training and held-out evaluation in this process (a Ray task)."""
     import os
 
@@ -79,10 +79,11 @@ def run_one_setting(config: RunConfig, benchmark: str, label: str, seed: int) ->
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, config.workers)))
     runner = Runner(local)
     try:
-        runner.run_setting(Setting(benchmark, local.policy(label), seed), _NoProgress())
+        setting = Setting(benchmark, local.policy(label), seed, backbone)
+        runner.run_setting(setting, _NoProgress())
     finally:
         runner.close()
-    return f"{benchmark}/{label}/seed{seed}"
+    return str(setting)
 
 
 class _NoProgress:
@@ -99,12 +100,14 @@ class Runner:
     def __init__(self, config: RunConfig) -> None:
         import_modules(config.imports)
         self.config = config
-        self.resources = Resources()
+        self.resources = Resources(config.serving.model_dump())
         self.executor: Executor = make_executor(config, self.resources)
 
     def settings(self) -> list[Setting]:
+        """benchmark x [backbone x] policy x seed, in that order."""
         c = self.config
-        return [Setting(b, p, s) for b in c.benchmark_ids() for p in c.policies for s in c.seeds]
+        return [Setting(b, p, s, m) for b in c.benchmark_ids() for m in c.backbone_specs() for p in c.policies
+                for s in c.seeds]
 
     def run(self, *, progress: bool = True) -> Path:
         from rich.progress import (
@@ -127,7 +130,7 @@ class Runner:
             try:
                 if config.executor == "ray" and len(settings) > 1 and config.workers > 1:
                     self.executor.run_settings(  # type: ignore[attr-defined]
-                        [(s.benchmark, s.label, s.seed) for s in settings], run_one_setting,
+                        [(s.benchmark, s.label, s.seed, s.backbone) for s in settings], run_one_setting,
                         lambda _name: bar.advance(overall))
                 else:
                     for setting in settings:
@@ -159,11 +162,13 @@ class Runner:
         import ap_gym
         from ap_gym.policies.prompting import all_prompts
 
-        backbone = self.resources.backbone(self.config.backbone) if needs_backbone(self.config) else None
-        atomic_write_json(run_dir / "config.json", {
-            "config": self.config.to_dict(), "ap_gym_version": ap_gym.__version__,
-            "backbone": backbone.describe() if backbone is not None else None,
-        })
+        described = check_backbones(self.config, self.resources)  # served ones: checked now, not per episode
+        meta: dict[str, Any] = {"config": self.config.to_dict(), "ap_gym_version": ap_gym.__version__}
+        if self.config.backbones:
+            meta["backbones"] = described
+        else:
+            meta["backbone"] = described.get("")
+        atomic_write_json(run_dir / "config.json", meta)
         atomic_write_json(run_dir / "prompts.json", all_prompts())
 
     # ------------------------------------------------------------- setting
@@ -177,16 +182,17 @@ class Runner:
         log = EpisodeLog(directory / EPISODES)
         env = make_env(config, setting.benchmark)
         info = get_policy(setting.policy.name)
-        policy = build_policy(setting.policy, config, directory / "memory.sqlite", setting.seed, self.resources)
+        policy = build_policy(setting.policy, config, directory / "memory.sqlite", setting.seed, self.resources,
+                              backbone_label=setting.backbone)
         stateful, trains = info.stateful, info.learns or config.train_stateless
         train_ids = env.unwrapped.task_ids("train")
         heldout = heldout_subset(env.unwrapped.task_ids("test"), config.heldout)
-        task = bar.add_task(f"{setting.benchmark} {setting.label} seed {setting.seed}",
+        task = bar.add_task(str(setting),
                             total=config.iterations * ((config.train_per_iter if trains else 0) + len(heldout)))
 
         def line(phase: str, iteration: int, index: int, result: EvalResult) -> EpisodeLine:
             return EpisodeLine(phase, iteration, index, setting.benchmark, setting.label, setting.seed,
-                               result.attempts, result.episode)
+                               result.attempts, result.episode, setting.backbone)
 
         try:
             for it in range(config.iterations):
@@ -245,8 +251,8 @@ class Runner:
                 yield index, EvalResult(episode.to_dict(), attempts)
             return
         groups = list(chunks(remaining, config.lanes))
-        jobs = [EvalJob(setting.benchmark, setting.label, setting.seed, snapshot, tuple(t for _, t in group))
-                for group in groups]
+        jobs = [EvalJob(setting.benchmark, setting.label, setting.seed, snapshot, tuple(t for _, t in group),
+                        setting.backbone) for group in groups]
         indices = {id(job): [i for i, _ in group] for job, group in zip(jobs, groups, strict=True)}
         for job, results in self.executor.evaluate(jobs):
             yield from zip(indices[id(job)], results, strict=True)

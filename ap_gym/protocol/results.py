@@ -1,8 +1,8 @@
 """The results format: what a run writes, and the only module that reads it back.
 
-A run directory holds ``config.json`` (the resolved config, package version, backbone),
-``prompts.json``, ``summary.json`` and, per setting (benchmark x policy x seed),
-``<benchmark>/<policy>/seed<k>/episodes.jsonl``: one :class:`EpisodeLine` per episode,
+A run directory holds ``config.json`` (the resolved config, package version, backbones),
+``prompts.json``, ``summary.json`` and, per setting (benchmark x [backbone x] policy x
+seed), ``<benchmark>/[<backbone>/]<policy>/seed<k>/episodes.jsonl``: one :class:`EpisodeLine` per episode,
 its position in the protocol (phase, iteration, index) followed by everything the
 :class:`~ap_gym.types.Episode` carries. ``ap-gym report`` and ``ap-gym view`` read runs
 through this module and never import the runner.
@@ -32,6 +32,7 @@ __all__ = [
     "load_episodes",
     "read_lines",
     "setting_dirs",
+    "setting_key",
     "summarise",
 ]
 
@@ -53,10 +54,19 @@ class EpisodeLine:
     seed: int
     attempts: int
     episode: Mapping[str, Any]
+    backbone: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"phase": self.phase, "iteration": self.iteration, "index": self.index, "benchmark": self.benchmark,
-                "policy": self.policy, "seed": self.seed, "attempts": self.attempts, **self.episode}
+        where = {"phase": self.phase, "iteration": self.iteration, "index": self.index, "benchmark": self.benchmark}
+        if self.backbone is not None:  # a run with several backbones: the line names its own
+            where["backbone"] = self.backbone
+        return {**where, "policy": self.policy, "seed": self.seed, "attempts": self.attempts, **self.episode}
+
+
+def setting_key(line: Mapping[str, Any]) -> str:
+    """``<benchmark>/[<backbone>/]<policy>/seed<k>``: a setting's name in summaries and reports."""
+    middle = f"{line['backbone']}/" if line.get("backbone") else ""
+    return f"{line['benchmark']}/{middle}{line['policy']}/seed{line['seed']}"
 
 
 def read_lines(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
@@ -124,8 +134,10 @@ class EpisodeLog:
 
 
 def setting_dirs(run_dir: str | Path) -> Iterator[Path]:
-    """Every setting directory of a run (``<benchmark>/<policy>/seed<k>``), sorted."""
-    for path in sorted(Path(run_dir).glob(f"*/*/seed*/{EPISODES}")):
+    """Every setting directory of a run (``<benchmark>/[<backbone>/]<policy>/seed<k>``), sorted."""
+    run_dir = Path(run_dir)
+    found = set(run_dir.glob(f"*/*/seed*/{EPISODES}")) | set(run_dir.glob(f"*/*/*/seed*/{EPISODES}"))
+    for path in sorted(found):
         yield path.parent
 
 
@@ -145,18 +157,19 @@ def load_episodes(run_dir: str | Path) -> list[dict[str, Any]]:
         if bad:
             log.warning("%s: skipped %d damaged line(s)", directory / EPISODES, len(bad))
         lines += good
-    return sorted(lines, key=lambda x: (x["benchmark"], x["policy"], x["seed"], x["iteration"], x["phase"], x["index"]))
+    return sorted(lines, key=lambda x: (x["benchmark"], x.get("backbone") or "", x["policy"], x["seed"], x["iteration"],
+                                        x["phase"], x["index"]))
 
 
 def summarise(run_dir: str | Path) -> dict[str, Any]:
     """Per setting and iteration: held-out success, score, LLM calls, steps (no timings,
     so an interrupted and an uninterrupted run summarise identically)."""
-    groups: dict[tuple[str, str, int, int], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for x in load_episodes(run_dir):
         if x["phase"] == "eval":
-            groups.setdefault((x["benchmark"], x["policy"], x["seed"], x["iteration"]), []).append(x)
+            groups.setdefault((setting_key(x), x["iteration"]), []).append(x)
     settings: dict[str, Any] = {}
-    for (bench, label, seed, it), eps in sorted(groups.items()):
+    for (key, it), eps in groups.items():
         valid = [e for e in eps if e["termination"] != Termination.INFRA.value]
         n = len(valid) or 1
         calls = [e["usage"]["calls"] for e in valid]
@@ -171,7 +184,7 @@ def summarise(run_dir: str | Path) -> dict[str, Any]:
             "mean_steps": sum(e["num_steps"] for e in valid) / n,
             "successes": sorted(e["task_id"] for e in valid if e["success"]),
         }
-        settings.setdefault(f"{bench}/{label}/seed{seed}", []).append(entry)
+        settings.setdefault(key, []).append(entry)
     return {"settings": settings,
             "final": {k: {kk: v[-1][kk] for kk in ("iteration", "success_rate", "mean_llm_calls", "mean_steps")}
                       for k, v in settings.items()}}

@@ -7,6 +7,7 @@ policy needs (a backbone, an embedder, a store, a seed) and passes exactly that.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,42 +20,58 @@ __all__ = ["Resources", "Setting", "build_policy", "make_env", "run_with_retries
 
 @dataclass(frozen=True)
 class Setting:
-    """One cell of a run's grid; its results live in ``<run>/<benchmark>/<label>/seed<k>``."""
+    """One cell of a run's grid; its results live in ``<run>/<benchmark>/[<backbone>/]<label>/seed<k>``.
+
+    ``backbone`` is the backbone's label in a run with several (``None`` with one).
+    """
 
     benchmark: str
     policy: PolicySpec
     seed: int
+    backbone: str | None = None
 
     @property
     def label(self) -> str:
         return self.policy.label
 
     def directory(self, run_dir: Path) -> Path:
-        return run_dir / self.benchmark / self.policy.label / f"seed{self.seed}"
+        base = run_dir / self.benchmark
+        if self.backbone is not None:
+            base = base / self.backbone
+        return base / self.policy.label / f"seed{self.seed}"
 
     def __str__(self) -> str:
-        return f"{self.benchmark}/{self.policy.label}/seed{self.seed}"
+        middle = f"{self.backbone}/" if self.backbone is not None else ""
+        return f"{self.benchmark}/{middle}{self.policy.label}/seed{self.seed}"
 
 
 class Resources:
-    """Backbones and embedders, loaded once per process and shared by its policies."""
+    """Backbones and embedders, loaded once per process and shared by its policies.
 
-    def __init__(self) -> None:
+    Args:
+        serving: deadlines, retries and concurrency for served ones.
+    """
+
+    def __init__(self, serving: Mapping[str, Any] | None = None) -> None:
+        self.serving = dict(serving or {})
         self._backbones: dict[str, Any] = {}
         self._embedders: dict[str, Any] = {}
+
+    def _options(self, spec: str) -> dict[str, Any]:
+        return dict(self.serving) if spec.startswith(("http://", "https://")) else {}
 
     def backbone(self, spec: str) -> Any:
         if spec not in self._backbones:
             from ap_gym.backbones import make_backbone
 
-            self._backbones[spec] = make_backbone(spec)
+            self._backbones[spec] = make_backbone(spec, **self._options(spec))
         return self._backbones[spec]
 
     def embedder(self, spec: str) -> Any:
         if spec not in self._embedders:
-            from ap_gym.backbones.embedders import SentenceTransformerEmbedder
+            from ap_gym.backbones.embedders import make_embedder
 
-            self._embedders[spec] = SentenceTransformerEmbedder(None if spec == "default" else spec)
+            self._embedders[spec] = make_embedder(spec, **self._options(spec))
         return self._embedders[spec]
 
 
@@ -62,6 +79,33 @@ def needs_backbone(config: RunConfig) -> bool:
     from ap_gym.policies import get_policy
 
     return any("backbone" in get_policy(p.name).needs for p in config.policies)
+
+
+def scores_candidates(spec: PolicySpec) -> bool:
+    """Whether the policy's agent chooses among admissible commands by score (``choose``)."""
+    from ap_gym.policies import AgentConfig, get_policy
+
+    if "backbone" not in get_policy(spec.name).needs:
+        return False
+    return AgentConfig.coerce(spec.options.get("agent")).action_mode == "choose"
+
+
+def check_backbones(config: RunConfig, resources: Resources) -> dict[str, Any]:
+    """Load every backbone of the run and, for served ones, check at the start that the model
+    is there and (when a policy scores candidates) that scoring works: a clear error now,
+    never one voided episode after another. Returns each backbone's description."""
+    from ap_gym.backbones.base import ServedBackbone
+
+    described: dict[str, Any] = {}
+    if not needs_backbone(config):
+        return described
+    scoring = any(scores_candidates(p) for p in config.policies)
+    for label, spec in config.backbone_specs().items():
+        backbone = resources.backbone(spec)
+        if isinstance(backbone, ServedBackbone):
+            backbone.check(scoring=scoring)
+        described[label or ""] = backbone.describe()
+    return described
 
 
 def make_env(config: RunConfig, benchmark: str) -> Any:
@@ -74,14 +118,19 @@ def make_env(config: RunConfig, benchmark: str) -> Any:
 
 
 def build_policy(spec: PolicySpec, config: RunConfig, db_path: Path, seed: int, resources: Resources,
-                 *, backbone: Any = None) -> Any:
-    """The policy of ``spec``, given what its registration says it needs; its own options win."""
+                 *, backbone: Any = None, backbone_label: str | None = None) -> Any:
+    """The policy of ``spec``, given what its registration says it needs; its own options win.
+
+    ``backbone`` (an object) or ``backbone_label`` (one of the run's ``backbones``) picks
+    the model; by default the run's single ``backbone``.
+    """
     from ap_gym.policies import get_policy
 
     info = get_policy(spec.name)
     provided: dict[str, Any] = {}
     if "backbone" in info.needs:
-        provided["backbone"] = backbone if backbone is not None else resources.backbone(config.backbone)
+        provided["backbone"] = backbone if backbone is not None else \
+            resources.backbone(config.backbone_specs()[backbone_label])
     if "embedder" in info.needs:
         provided["embedder"] = resources.embedder(config.embedder)
     if "store" in info.needs:

@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from ap_gym.errors import StoreError
-from ap_gym.protocol.results import load_abstractions, load_config, load_episodes, setting_dirs
+from ap_gym.protocol.results import (
+    load_abstractions,
+    load_config,
+    load_episodes,
+    setting_dirs,
+    setting_key,
+)
 from ap_gym.report.audit import GrammarLabeller, audit
 from ap_gym.report.stats import paired_stats
 
@@ -50,8 +56,8 @@ def collect(runs: Sequence[str | Path]) -> tuple[list[dict[str, Any]], dict[str,
         ident = backbone.get("identity") if isinstance(backbone, dict) else (backbone or "none")
         for p in meta["config"]["policies"]:
             specs[p["label"]] = p
-        for x in load_episodes(run):
-            x["setting"] = f"{x['benchmark']} @ {ident}"
+        for x in load_episodes(run):  # a run with several backbones files each line under its label
+            x["setting"] = f"{x['benchmark']} @ {x.get('backbone') or ident}"
             x["run"] = str(run)
             lines.append(x)
     return lines, specs
@@ -187,17 +193,18 @@ def _audit_section(runs: Sequence[str | Path], lines: list[dict[str, Any]], spec
     rows, unreadable = [], []
     for run in runs:
         for directory in setting_dirs(run):
-            bench, label, seed = directory.parts[-3], directory.parts[-2], directory.parts[-1]
+            name = directory.relative_to(run).as_posix()
+            bench = name.split("/")[0]
             try:
                 stored = load_abstractions(directory)
             except StoreError as e:  # said in the report, never dropped silently
-                unreadable.append(f"- {bench}/{label}/{seed}: {e}")
+                unreadable.append(f"- {name}: {e}")
                 continue
             if not stored:
                 continue
             rejected = sum(len(x["policy_info"].get("rejected_abstractions", [])) for x in lines
-                           if x["policy"] == label and x["benchmark"] == bench and f"seed{x['seed']}" == seed)
-            r = audit(f"{bench}/{label}/{seed}", stored, GrammarLabeller(bench), rejected)
+                           if x["run"] == str(run) and setting_key(x) == name)
+            r = audit(name, stored, GrammarLabeller(bench), rejected)
             rows.append([r.setting, r.abstractions, r.flagged, f"{r.flagged_given_flagged_parent}/{r.with_flagged_parent}",
                          r.rate_exposed, f"{r.flagged_given_no_flagged_parent}/{r.without_flagged_parent}",
                          r.rate_unexposed, r.gap, r.q, r.alpha, r.eta, r.q * r.alpha * r.eta])

@@ -43,10 +43,108 @@ def _free_port() -> int:
 def test_unreachable_server_raises_backbone_error_after_retries():
     url = f"http://127.0.0.1:{_free_port()}/v1"
     with pytest.raises(BackboneError, match="after 3 attempts"):
-        OpenAIBackbone(url, model="m", max_retries=2, backoff_s=0.01).generate(MSGS)
+        OpenAIBackbone(url, model="m", retries=2, backoff_s=0.01).generate(MSGS)
 
 
 def test_client_errors_are_not_retried(server):
-    client = OpenAIBackbone(server.url, max_retries=5, backoff_s=5)
+    client = OpenAIBackbone(server.url, retries=5, backoff_s=5)
     with pytest.raises(BackboneError, match="HTTP 400"):
         client._request("POST", "/chat/completions", {"messages": "not a list"})
+
+
+class Misbehaving:
+    """A TCP server that answers every request badly: slowly, one byte a second, or never."""
+
+    def __init__(self, mode: str) -> None:
+        import threading
+
+        self.mode, self.requests = mode, 0
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import threading
+        import time
+
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.requests += 1
+
+            def answer(conn=conn) -> None:
+                try:
+                    conn.recv(65536)
+                    if self.mode == "drip":
+                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+                        for _ in range(1000):
+                            conn.sendall(b" ")
+                            time.sleep(1.0)
+                    else:  # silent
+                        time.sleep(60)
+                except OSError:
+                    pass
+                finally:
+                    conn.close()
+
+            threading.Thread(target=answer, daemon=True).start()
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+
+
+@pytest.mark.parametrize("mode", ["drip", "silent"])
+def test_an_overall_deadline_cuts_off_a_slow_or_silent_server(mode):
+    import time
+
+    bad = Misbehaving(mode)
+    try:
+        client = OpenAIBackbone(bad.url, model="m", deadline_s=1.5, retries=1, backoff_s=0.01)
+        t = time.monotonic()
+        with pytest.raises(BackboneError, match="after 2 attempts"):
+            client.generate(MSGS)
+        assert time.monotonic() - t < 8 and bad.requests == 2
+    finally:
+        bad.close()
+
+
+def test_a_hanging_model_list_fails_fast_at_start():
+    import time
+
+    bad = Misbehaving("silent")
+    try:
+        t = time.monotonic()
+        with pytest.raises(BackboneError, match="/models failed"):
+            OpenAIBackbone(bad.url, check_deadline_s=1.0)
+        assert time.monotonic() - t < 6
+    finally:
+        bad.close()
+
+
+def test_a_server_that_cannot_score_is_refused_at_the_start(tiny_backbone):
+    """A chat-only server: the run refuses at once and names the modes that work."""
+    from fastapi import FastAPI
+
+    from ap_gym.backbones.server import BackboneServer
+
+    server = BackboneServer(tiny_backbone, port=0, model_name="chat-only")
+    chat_only = FastAPI()
+    for route in server.app.routes:
+        if getattr(route, "path", "") in ("/v1/models", "/v1/chat/completions"):
+            chat_only.router.routes.append(route)
+    server.app = server._config.app = chat_only
+    server.start()
+    try:
+        client = OpenAIBackbone(server.url)
+        assert client.check(scoring=False)["scoring"] is None
+        with pytest.raises(BackboneError, match="cannot score candidate commands.*'generate' or 'react'"):
+            client.check(scoring=True)
+    finally:
+        server.stop()

@@ -98,7 +98,7 @@ class Forever(Counter):
 
 def test_killing_the_server_mid_episode_is_an_infrastructure_failure(tiny_backbone):
     server = BackboneServer(tiny_backbone, port=0).start()
-    client = OpenAIBackbone(server.url, max_retries=1, backoff_s=0.01)
+    client = OpenAIBackbone(server.url, retries=1, backoff_s=0.01)
 
     class StopsServer(NoMemory):
         def act(self, observation, info):
@@ -117,3 +117,32 @@ def test_killing_the_server_mid_episode_is_an_infrastructure_failure(tiny_backbo
         assert ep2.termination is not Termination.INFRA
     finally:
         server2.stop()
+
+
+@pytest.mark.parametrize(
+    ("raw", "admissible", "expected"),
+    [
+        ("Thought: I should count.\nAction: add", ["add", "quit"], ("I should count.", "add", False)),
+        ("Thought: first\nmore thinking\nAction: > Add.\nObservation: ...", ["add"], ("first more thinking", "add", False)),
+        ("thought: hmm\naction: dance", ["add", "quit"], ("hmm", "dance", True)),
+        ("I will add now\nadd", ["add"], ("I will add now", "add", True)),
+        ("", ["add"], ("", "look", True)),
+    ],
+)
+def test_parse_react(raw, admissible, expected):
+    from ap_gym.policies.react import parse_react
+
+    assert parse_react(raw, admissible) == expected
+
+
+def test_react_mode_keeps_the_reasoning_and_shows_it_to_later_turns():
+    backbone = Scripted(["Thought: the counter is at 0.\nAction: add", "Thought: again\nAction: add",
+                         "no format here\nadd"])
+    agent = NoMemory(backbone, AgentConfig(action_mode="react")).eval()
+    ep = ap_gym.run_episode(Counter(), agent, task_id="c/1", max_steps=3)
+    assert ep.success and [s.action for s in ep.steps] == ["add", "add", "add"]
+    assert [s.reasoning for s in ep.steps] == ["the counter is at 0.", "again", "no format here"]
+    assert [s.parse_failure for s in ep.steps] == [False, False, True] and ep.parse_failures == 1
+    assert "Thought: <one sentence" in ep.steps[0].prompt  # the format, from prompts/acting_react.txt
+    assert "[assistant]\nThought: the counter is at 0.\nAction: add" in ep.steps[1].prompt
+    assert ep.policy_info["action_mode"] == "react"

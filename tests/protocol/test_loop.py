@@ -58,3 +58,37 @@ def test_a_killed_run_resumes_to_the_same_summary(tmp_path, phase):
         kill_resume_and_compare(tmp_path, data, lambda ls: sum(x["phase"] == "eval" and x["iteration"] == 1 for x in ls) == 1)
     else:  # in the middle of iteration 1's training
         kill_resume_and_compare(tmp_path, data, lambda ls: sum(x["phase"] == "train" and x["iteration"] == 1 for x in ls) == 2)
+
+
+def test_several_backbones_give_results_and_a_report_per_backbone(tmp_path):
+    from ap_gym.cli import main
+
+    data = config(tmp_path, policies=[{"name": "no_memory", "options": {"agent": {"action_mode": "react"}}}],
+                  iterations=1, heldout=2, max_steps=2, backbones={"small": "tiny", "other": "tiny"})
+    run_dir = run(RunConfig.from_dict(data), progress=False)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert set(summary["final"]) == {"textworld/small/no_memory/seed0", "textworld/other/no_memory/seed0"}
+    assert (run_dir / "textworld/small/no_memory/seed0/episodes.jsonl").exists()
+    meta = json.loads((run_dir / "config.json").read_text())
+    assert set(meta["backbones"]) == {"small", "other"}
+    lines = load_episodes(run_dir)
+    assert {x["backbone"] for x in lines} == {"small", "other"}
+    assert all(s["reasoning"] is not None for x in lines for s in x["steps"])  # react: a thought per step
+    assert main(["report", str(run_dir)]) == 0
+    final = (run_dir / "report" / "final_success.csv").read_text()
+    assert "textworld @ small" in final and "textworld @ other" in final
+
+
+def test_backbone_labels_from_the_cli_merge_into_the_config(tmp_path):
+    import yaml
+
+    from ap_gym.cli import build_parser
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({**config(tmp_path), "backbones": {"a": "tiny"}, "serving": {"retries": 1}}))
+    args = build_parser().parse_args(["run", str(cfg), "--backbone", "b=http://h:8000/v1", "--deadline", "9"])
+    from ap_gym.cli import _backbone_overrides
+
+    merged = RunConfig.from_file(cfg, serving={"deadline_s": args.deadline}, **_backbone_overrides(args.backbone))
+    assert merged.backbones == {"a": "tiny", "b": "http://h:8000/v1"}
+    assert (merged.serving.deadline_s, merged.serving.retries) == (9.0, 1)

@@ -27,6 +27,7 @@ class EvalJob:
     seed: int
     snapshot: str
     task_ids: tuple[str, ...]
+    backbone: str | None = None
 
 
 @dataclass(frozen=True)

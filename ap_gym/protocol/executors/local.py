@@ -42,13 +42,13 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _serve(conn: Connection, config: RunConfig, benchmark: str, threads: int) -> None:
+def _serve(conn: Connection, config: RunConfig, first: EvalJob, threads: int) -> None:
     """A worker process: warm up, then answer jobs until told to stop (``None``) or orphaned."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
     worker = Worker(config, Resources(), threads=threads)
     try:
-        worker.warm(benchmark)
+        worker.warm(first.benchmark, first.backbone)
         while True:
             try:
                 job = conn.recv()
@@ -65,10 +65,10 @@ def _serve(conn: Connection, config: RunConfig, benchmark: str, threads: int) ->
 
 
 class _Process:
-    def __init__(self, config: RunConfig, benchmark: str, threads: int) -> None:
+    def __init__(self, config: RunConfig, first: EvalJob, threads: int) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child, config, benchmark, threads), daemon=True,
+        self.process = ctx.Process(target=_serve, args=(child, config, first, threads), daemon=True,
                                    name="ap-gym-worker")
         self.process.start()
         child.close()
@@ -108,13 +108,13 @@ class LocalExecutor:
             return
         yield from self._on_processes(jobs)
 
-    def _start(self, benchmark: str) -> _Process:
+    def _start(self, first: EvalJob) -> _Process:
         threads = max(1, (os.cpu_count() or 1) // self.config.workers)
-        return _Process(self.config, benchmark, threads)
+        return _Process(self.config, first, threads)
 
     def _on_processes(self, jobs: Sequence[EvalJob]) -> Iterator[tuple[EvalJob, list[EvalResult]]]:
         if not self._processes:  # one set per run: workers keep their model, envs and snapshot
-            self._processes = [self._start(jobs[0].benchmark) for _ in range(self.config.workers)]
+            self._processes = [self._start(jobs[0]) for _ in range(self.config.workers)]
         queue: deque[tuple[int, int]] = deque((i, 0) for i in range(len(jobs)))
         busy: dict[int, tuple[int, int]] = {}  # worker slot -> (job index, tries)
         done: dict[int, list[EvalResult]] = {}
@@ -126,7 +126,7 @@ class LocalExecutor:
                     try:
                         self._processes[slot].conn.send(jobs[index])
                     except (OSError, ValueError):  # it died while idle: a new one takes the job
-                        self._replace(slot, jobs[index].benchmark)
+                        self._replace(slot, jobs[index])
                         queue.appendleft((index, tries))
                         continue
                     busy[slot] = (index, tries)
@@ -137,7 +137,7 @@ class LocalExecutor:
                     status, payload = self._processes[slot].conn.recv()
                 except (EOFError, OSError):  # the worker process died: a new one, and the job again
                     code = self._processes[slot].process.exitcode
-                    self._replace(slot, jobs[index].benchmark)
+                    self._replace(slot, jobs[index])
                     if tries < self.config.retries:
                         queue.appendleft((index, tries + 1))
                     else:
@@ -150,12 +150,12 @@ class LocalExecutor:
                 yield jobs[next_out], done.pop(next_out)
                 next_out += 1
 
-    def _replace(self, slot: int, benchmark: str) -> None:
+    def _replace(self, slot: int, job: EvalJob) -> None:
         old = self._processes[slot]
         with contextlib.suppress(Exception):
             old.process.kill()
             old.conn.close()
-        self._processes[slot] = self._start(benchmark)
+        self._processes[slot] = self._start(job)
 
     def close(self) -> None:
         for process in self._processes:

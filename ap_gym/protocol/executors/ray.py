@@ -114,9 +114,9 @@ class RayExecutor:
                 free.append(a)
             yield job, results
 
-    def run_settings(self, settings: Sequence[tuple[str, str, int]], run_one: Callable[..., str],
+    def run_settings(self, settings: Sequence[tuple[str, str, int, str | None]], run_one: Callable[..., str],
                      on_done: Callable[[str], None]) -> None:
-        """``run_one(config, benchmark, label, seed)`` for every setting as a Ray task,
+        """``run_one(config, benchmark, label, seed, backbone)`` for every setting as a Ray task,
         ``workers`` at a time; each writes its own results. A failed setting raises here."""
         ray = init_ray(self.config)
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
@@ -125,8 +125,7 @@ class RayExecutor:
         pending: list[Any] = []
         while queue or pending:
             while queue and len(pending) < self.config.workers:
-                benchmark, label, seed = queue.pop(0)
-                pending.append(task.remote(self.config, benchmark, label, seed))
+                pending.append(task.remote(self.config, *queue.pop(0)))
             done, pending = ray.wait(pending, num_returns=1)
             on_done(ray.get(done[0]))
 

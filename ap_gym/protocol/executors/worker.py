@@ -42,7 +42,7 @@ class Worker:
 
             torch.set_num_threads(threads)
         self.config = config
-        self.resources = resources or Resources()
+        self.resources = resources or Resources(config.serving.model_dump())
         self._envs: list[Any] = []
         self._env_key: Any = None
         self._policies: list[Any] = []
@@ -50,10 +50,10 @@ class Worker:
         self._batcher: Any = None
         self._tmp = tempfile.TemporaryDirectory(prefix="ap_gym_worker_")
 
-    def warm(self, benchmark: str) -> None:
+    def warm(self, benchmark: str, backbone: str | None = None) -> None:
         """Load the model and the envs now (as a worker starts), not in its first episode."""
         if needs_backbone(self.config):
-            self.resources.backbone(self.config.backbone)
+            self.resources.backbone(self.config.backbone_specs()[backbone])
         self._ensure_envs(benchmark)
 
     def _ensure_envs(self, benchmark: str) -> list[Any]:
@@ -68,7 +68,7 @@ class Worker:
         from ap_gym.backbones.base import BatchScorer
         from ap_gym.policies import get_policy
 
-        key = (job.label, job.snapshot, job.seed, self.config.lanes)
+        key = (job.label, job.backbone, job.snapshot, job.seed, self.config.lanes)
         if self._policy_key == key:
             return self._policies
         self._close_policies()
@@ -77,7 +77,7 @@ class Worker:
         lanes = self.config.lanes
         backbones: list[Any] = [None] * lanes
         if lanes > 1 and "backbone" in info.needs:
-            shared = self.resources.backbone(self.config.backbone)
+            shared = self.resources.backbone(self.config.backbone_specs()[job.backbone])
             if isinstance(shared, BatchScorer):  # in-process: one forward pass per step for all lanes
                 from ap_gym.backbones.batching import BatchingBackbone
 
@@ -86,7 +86,8 @@ class Worker:
             # a served backbone is thread-safe: the lanes' requests simply run concurrently
         for lane in range(lanes):
             db = Path(tempfile.mkdtemp(dir=self._tmp.name)) / "memory.sqlite"
-            policy = build_policy(spec, self.config, db, job.seed, self.resources, backbone=backbones[lane])
+            policy = build_policy(spec, self.config, db, job.seed, self.resources, backbone=backbones[lane],
+                                  backbone_label=job.backbone)
             if job.snapshot and info.stateful:
                 policy.load_state(job.snapshot)
             self._policies.append(policy.eval())

