@@ -8,6 +8,7 @@ quick look at the agent and the floors), ``serve`` (an OpenAI-compatible server)
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -87,6 +88,10 @@ def _backbone_overrides(values: list[str] | None) -> dict:
     return out
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from ap_gym.protocol import RunConfig, run
     from ap_gym.protocol.config import ConfigError
@@ -98,10 +103,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         iterations=args.iterations, seeds=args.seeds, executor=args.executor, ray_address=args.ray_address,
         lanes=args.lanes, serving=serving or None, **_backbone_overrides(args.backbone),
     )
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as cleanly as Ctrl-C
     try:
         run_dir = run(config)
     except BackboneError as e:
         raise ConfigError(f"{e}") from None
+    except KeyboardInterrupt:
+        print(f"\nap-gym: interrupted. Finished episodes are kept in {config.run_dir}; run the same command "
+              "again to resume where it stopped.", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     _print_final(run_dir)
     print(f"results: {run_dir}  (tables and plots: ap-gym report {run_dir})")
     return 0

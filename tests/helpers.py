@@ -79,14 +79,15 @@ def eval_results(run_dir: Path) -> dict:
             for x in load_episodes(run_dir) if x["phase"] == "eval"}
 
 
-def _kill_when(path: Path, proc: subprocess.Popen, predicate, timeout: float = 240) -> None:
+def _kill_when(path: Path, proc: subprocess.Popen, predicate, timeout: float = 240,
+               sig: int = signal.SIGKILL) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if path.exists():
             lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip().endswith("}")]
             if predicate(lines):
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+                os.kill(proc.pid, sig)
+                proc.wait(120)
                 return
         if proc.poll() is not None:
             raise AssertionError("the run finished before it could be killed")
@@ -95,17 +96,19 @@ def _kill_when(path: Path, proc: subprocess.Popen, predicate, timeout: float = 2
     raise AssertionError("timed out waiting for the kill point")
 
 
-def kill_resume_and_compare(tmp_path: Path, data: dict, kill_at, clean_overrides: dict | None = None) -> None:
-    """Run ``data`` (out: tmp_path/killed) with the CLI, SIGKILL it when ``kill_at(lines)``,
-    run it again, and check it ends as a clean in-process run does."""
+def kill_resume_and_compare(tmp_path: Path, data: dict, kill_at, clean_overrides: dict | None = None,
+                            sig: int = signal.SIGKILL) -> subprocess.Popen:
+    """Run ``data`` (out: tmp_path/killed) with the CLI, send ``sig`` when ``kill_at(lines)``,
+    run it again, and check it ends as a clean in-process run does. Returns the stopped process
+    (its stderr is piped)."""
     from ap_gym.protocol import RunConfig, run
 
     cfg_file = tmp_path / "cfg.yaml"
     cfg_file.write_text(yaml.safe_dump(data))
     cmd = [sys.executable, "-m", "ap_gym.cli", "run", str(cfg_file)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _kill_when(tmp_path / "killed/t/textworld/anti_persistence/seed0/episodes.jsonl", proc, kill_at)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _kill_when(tmp_path / "killed/t/textworld/anti_persistence/seed0/episodes.jsonl", proc, kill_at, sig=sig)
     assert not (tmp_path / "killed/t/summary.json").exists()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     resumed = json.loads((tmp_path / "killed/t/summary.json").read_text())
@@ -113,3 +116,4 @@ def kill_resume_and_compare(tmp_path: Path, data: dict, kill_at, clean_overrides
                 progress=False)
     assert resumed == json.loads((clean / "summary.json").read_text())
     assert eval_results(tmp_path / "killed/t") == eval_results(clean)
+    return proc

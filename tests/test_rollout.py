@@ -57,3 +57,14 @@ def test_random_policy_is_reproducible():
     a = ap_gym.run_episode(Counter(), RandomPolicy(seed=1), task_id="c/1", max_steps=20)
     b = ap_gym.run_episode(Counter(), RandomPolicy(seed=1), task_id="c/1", max_steps=20)
     assert [s.action for s in a.steps] == [s.action for s in b.steps]
+
+
+def test_random_policy_episodes_do_not_depend_on_what_ran_before():
+    fresh = ap_gym.run_episode(Counter(), RandomPolicy(seed=1), task_id="c/2", max_steps=20)
+    busy = RandomPolicy(seed=1)
+    for task in ("c/1", "c/3", "c/1"):
+        ap_gym.run_episode(Counter(), busy, task_id=task, max_steps=20)
+    again = ap_gym.run_episode(Counter(), busy, task_id="c/2", max_steps=20)
+    assert [s.action for s in again.steps] == [s.action for s in fresh.steps]
+    other = ap_gym.run_episode(Counter(), RandomPolicy(seed=2), task_id="c/2", max_steps=20)
+    assert [s.action for s in other.steps] != [s.action for s in fresh.steps]

@@ -18,7 +18,9 @@ validated by pydantic models; a malformed request is answered 4xx, never 500):
 
 Limits: ``max_tokens`` above ``max_tokens_cap`` or at or beyond the context is refused
 (400); a request running longer than ``request_timeout_s`` stops generating and says so
-(``finish_reason: "length"``, ``timed_out`` in the usage). An API key (``--api-key`` or
+(``finish_reason: "length"``, ``timed_out`` in the usage); a request whose body does not
+arrive within ``body_timeout_s`` (a ``Content-Length`` larger than what is sent) is
+answered 408 and its connection closed. An API key (``--api-key`` or
 ``$AP_GYM_API_KEY``) is required to bind beyond the loopback interface.
 """
 
@@ -101,6 +103,45 @@ class EmbeddingRequest(_Body):
     input: str | list[str]
 
 
+class _BodyTimeout(BaseException):
+    """Raised through the app (past its 500 handler) when a request body stops arriving."""
+
+
+class BodyDeadline:
+    """ASGI middleware: a request body must arrive within ``seconds``, else 408."""
+
+    def __init__(self, app: Any, seconds: float) -> None:
+        self.app, self.seconds = app, seconds
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        import asyncio
+
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def timed_receive() -> Any:
+            try:
+                return await asyncio.wait_for(receive(), self.seconds)
+            except TimeoutError:
+                raise _BodyTimeout from None
+
+        async def tracked_send(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, timed_receive, tracked_send)
+        except _BodyTimeout:
+            if not started:
+                body = b'{"error": {"message": "the request body did not arrive in time", "type": "timeout"}}'
+                await send({"type": "http.response.start", "status": 408,
+                            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
+                await send({"type": "http.response.body", "body": body})
+
+
 class BackboneServer:
     """The app and its uvicorn server; ``start()`` runs it in a thread (tests, notebooks).
 
@@ -113,11 +154,13 @@ class BackboneServer:
         max_tokens_cap: the most tokens one request may generate.
         request_timeout_s: a request generates no longer than this.
         sessions: KV caches kept for ``user`` sessions (least recently used dropped).
+        body_timeout_s: a request body must arrive within this.
     """
 
     def __init__(self, backbone: Any, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
                  *, embedder: Any = None, api_key: str | None = None, max_tokens_cap: int = 1024,
-                 request_timeout_s: float = 120.0, sessions: int = 64, verbose: bool = False) -> None:
+                 request_timeout_s: float = 120.0, sessions: int = 64, body_timeout_s: float = 30.0,
+                 verbose: bool = False) -> None:
         import uvicorn
 
         if host not in LOOPBACK and not api_key:
@@ -127,7 +170,8 @@ class BackboneServer:
         self.model_name = model_name or backbone.identity
         self.app = build_app(backbone, self.model_name, embedder=embedder, api_key=api_key,
                              max_tokens_cap=max_tokens_cap, request_timeout_s=request_timeout_s, sessions=sessions)
-        self._config = uvicorn.Config(self.app, host=host, port=port, log_level="info" if verbose else "warning",
+        self._config = uvicorn.Config(BodyDeadline(self.app, body_timeout_s), host=host, port=port,
+                                      log_level="info" if verbose else "warning",
                                       timeout_keep_alive=30, h11_max_incomplete_event_size=1 << 20)
         self._server = uvicorn.Server(self._config)
         self._thread: threading.Thread | None = None

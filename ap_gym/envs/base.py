@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 from gymnasium import spaces
 
-from ap_gym.errors import UnknownTaskError
+from ap_gym.errors import EnvInfrastructureError, UnknownTaskError
 
 __all__ = [
     "MAX_TEXT_LENGTH",
@@ -75,6 +75,18 @@ def sanitize_text(text: str, max_length: int = MAX_TEXT_LENGTH) -> str:
         else:
             out.append(" ")
     return "".join(out)[:max_length]
+
+
+def _checked_score(score: Any, benchmark: str, where: str) -> None:
+    """A score must be a finite number: anything else is the engine's fault, not the agent's."""
+    import math
+
+    if score is None:
+        return
+    if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
+        raise EnvInfrastructureError(
+            f"{benchmark}: the engine reported the score {score!r} on {where}; a score must be a finite number. "
+            "The episode is recorded as an infrastructure failure; fix the env's _start/_advance.")
 
 
 @dataclass(frozen=True)
@@ -193,6 +205,7 @@ class TextEnv(gym.Env[str, str]):
         self._admissible = bool(options.get("admissible_commands", self.default_admissible))
         self._task_id = None  # not playable until the engine has started
         start = self._start(task_id, options)
+        _checked_score(start.score, self.benchmark, "reset")
         self._task_id = task_id
         self._done = False
         self._last_obs = sanitize_text(start.observation)
@@ -226,6 +239,7 @@ class TextEnv(gym.Env[str, str]):
         action = sanitize_text(action, 1024).strip()
         previous = self._info["score"]
         result = self._advance(action)
+        _checked_score(result.score, self.benchmark, f"step {action!r}")
         self._last_obs = sanitize_text(result.observation)
         self._done = result.won or result.lost
         info = {**self._info, **dict(result.extra)}

@@ -20,7 +20,9 @@ wrapper's per-step look, inventory and valid-action calls.
 
 One JVM per env, reused across resets; ``close()`` ends it. If the JVM dies, the step
 raises :class:`~ap_gym.errors.EnvInfrastructureError` and the next ``reset`` starts a
-new one.
+new one. Every engine call runs under a watchdog (``engine_timeout_s``, 120 s; loading a
+task gets three times that): a JVM that hangs (stopped, deadlocked) is killed when it
+runs out, which turns the blocked call into the same error.
 
 Reset options: ``task_id``, ``split``, ``admissible_commands`` and ``walkthrough``
 (load with the gold path and put ``info["walkthrough"]``, the engine's gold action
@@ -33,6 +35,7 @@ import contextlib
 import json
 import logging
 import random
+import threading
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
@@ -115,6 +118,7 @@ class ScienceWorldEnv(TextEnv):
         admissible_commands: compute the valid-action list every step (~70 ms each).
         simplifications: ScienceWorld simplification string, e.g. ``"easy"``; empty by default.
         split_seed: the seed that fixes the split; keep the default to compare with others.
+        engine_timeout_s: the longest one engine call may take before the JVM is killed.
         render_mode: ``"ansi"`` or ``"human"``.
 
     Example:
@@ -132,12 +136,32 @@ class ScienceWorldEnv(TextEnv):
         admissible_commands: bool = False,
         simplifications: str = "",
         split_seed: int = SPLIT_SEED,
+        engine_timeout_s: float = 120.0,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(split=split, admissible_commands=admissible_commands, render_mode=render_mode)
         self.simplifications = simplifications
         self.split_seed = split_seed
+        self.engine_timeout_s = engine_timeout_s
         self._engine: Any = None
+
+    @contextlib.contextmanager
+    def _watchdog(self, factor: float = 1.0) -> Any:
+        """Kill the JVM if the calls inside take longer than ``engine_timeout_s`` x ``factor``:
+        a hung engine then fails like a dead one instead of blocking forever."""
+        engine = self._engine
+        timer = threading.Timer(self.engine_timeout_s * factor, self._kill_hung, args=(engine,))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+    def _kill_hung(self, engine: Any) -> None:
+        log.warning("ScienceWorld's JVM did not answer within %.0f s; killing it", self.engine_timeout_s)
+        with contextlib.suppress(Exception):
+            engine._gateway.java_process.kill()
 
     # ------------------------------------------------------------- engine
     def _server(self) -> Any:
@@ -194,45 +218,44 @@ class ScienceWorldEnv(TextEnv):
     def _start(self, task_id: str, options: Mapping[str, Any]) -> StartResult:
         task, _, var = task_id.rpartition("/")
         gold = bool(options.get("walkthrough", False))
-        try:
-            server = self._server()
+
+        def load(server: Any) -> StartResult:
             server.load(task, int(var), self.simplifications, gold)
+            extra: dict[str, Any] = {"variation": int(var)}
             observation = str(server.step("look around"))
             instruction = str(server.getTaskDescription())
             score = _score(server)
-            extra: dict[str, Any] = {"variation": int(var)}
             if gold:
                 extra["walkthrough"] = [str(a) for a in server.getGoldActionSequence()]
             admissible = self._valid_actions(server) if self._admissible else None
+            return StartResult(observation=observation, instruction=instruction, score=score, max_score=100.0,
+                               admissible_commands=admissible, extra=extra)
+
+        return self._call(load, factor=3.0, fresh=True)
+
+    def _advance(self, action: str) -> StepResult:
+        def step(server: Any) -> StepResult:
+            observation = str(server.step(action))
+            score = _score(server)
+            completed = bool(server.getCompleted())
+            admissible = self._valid_actions(server) if self._admissible else None
+            won = score >= 100
+            return StepResult(observation, float(score), won, not won and (completed or score < 0), admissible)
+
+        return self._call(step)
+
+    def _call(self, fn: Any, factor: float = 1.0, fresh: bool = False) -> Any:
+        """``fn(server)`` under the watchdog; a dead or hung JVM becomes an EnvInfrastructureError."""
+        try:
+            server = self._server() if fresh else self._engine.server
+            with self._watchdog(factor):
+                return fn(server)
         except EnvInfrastructureError:
             raise
         except Exception as e:
             if _is_py4j_network_error(e) or (self._engine is not None and not self._alive()):
                 raise self._engine_died(e) from None
             raise
-        return StartResult(
-            observation=observation,
-            instruction=instruction,
-            score=score,
-            max_score=100.0,
-            admissible_commands=admissible,
-            extra=extra,
-        )
-
-    def _advance(self, action: str) -> StepResult:
-        try:
-            server = self._engine.server
-            observation = str(server.step(action))
-            score = _score(server)
-            completed = bool(server.getCompleted())
-            admissible = self._valid_actions(server) if self._admissible else None
-        except Exception as e:
-            if _is_py4j_network_error(e) or not self._alive():
-                raise self._engine_died(e) from None
-            raise
-        won = score >= 100
-        lost = not won and (completed or score < 0)
-        return StepResult(observation, float(score), won, lost, admissible)
 
     def _alive(self) -> bool:
         try:

@@ -18,9 +18,11 @@ what to do; nothing already stored is touched.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +83,20 @@ CREATE TABLE abstraction_parents (
 """
 
 
+def _expected_columns() -> dict[str, set[str]]:
+    """Table -> columns of the current schema (read off ``_SCHEMA`` once)."""
+    if not _COLUMNS:
+        conn = sqlite3.connect(":memory:")
+        conn.executescript(_SCHEMA)
+        for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+            _COLUMNS[table] = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        conn.close()
+    return _COLUMNS
+
+
+_COLUMNS: dict[str, set[str]] = {}
+
+
 def _index_suffixes() -> list[str]:
     return [f".{t}.faiss{ext}" for t in ("trajectories", "outcome_log", "abstractions") for ext in ("", ".json")]
 
@@ -113,12 +129,17 @@ class MemoryDB:
         existed = self.path.exists() and self.path.stat().st_size > 0
         if readonly and not existed:
             raise StoreError(f"{self.path} does not exist; a read-only memory needs a database")
+        if not readonly:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not os.access(self.path.parent, os.W_OK) or (existed and not os.access(self.path, os.W_OK)):
+                raise StoreError(f"cannot write the memory {self.path}: its directory or the file is read-only. "
+                                 "Give write access, or open it read-only (evaluation); the file was not modified.")
         try:
             if readonly:
+                self._fold_wal()  # an immutable open would not see committed rows still in the WAL
                 uri = f"file:{self.path.resolve()}?mode=ro&immutable=1"
                 self.conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
             else:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.conn = sqlite3.connect(self.path, check_same_thread=False)
             self.conn.row_factory = sqlite3.Row
             self.conn.execute("PRAGMA foreign_keys=ON")
@@ -128,18 +149,51 @@ class MemoryDB:
                 f"{self.path} is not a usable SQLite database ({e}). It may be corrupt or not a "
                 "memory file: move it aside and start a new memory; it was not modified."
             ) from e
-        if not tables:
-            if readonly:
-                raise StoreError(f"{self.path} is empty; train a policy before evaluating it")
-            self._create(embedding_dim, embedder)
-        else:
-            self._check(tables)
-        if not readonly:
-            self.conn.execute("PRAGMA journal_mode=WAL")
-        self.dim = int(self.meta("embedding_dim")) if self.meta("embedding_dim") else embedding_dim
-        self.embedder = self.meta("embedder") or embedder
-        if embedding_dim is not None and self.dim is not None and embedding_dim != self.dim:
-            raise StoreError(self._dim_message(embedding_dim))
+        try:
+            if not tables:
+                if readonly:
+                    raise StoreError(f"{self.path} is empty; train a policy before evaluating it")
+                self._create(embedding_dim, embedder)
+            else:
+                self._check(tables)
+            if not readonly:
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                if self.meta("uuid") is None:  # written by an older ap-gym
+                    self.set_meta("uuid", uuid.uuid4().hex)
+            self.dim = int(self.meta("embedding_dim")) if self.meta("embedding_dim") else embedding_dim
+            self.embedder = self.meta("embedder") or embedder
+            if embedding_dim is not None and self.dim is not None and embedding_dim != self.dim:
+                raise StoreError(self._dim_message(embedding_dim))
+        except sqlite3.DatabaseError as e:
+            self.conn.close()
+            raise StoreError(f"{self.path} is damaged ({e}); restore it from a run snapshot or move it aside; "
+                             "it was not modified") from e
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _fold_wal(self) -> None:
+        """Fold a non-empty WAL into the file before an immutable read-only open."""
+        wal = Path(f"{self.path}-wal")
+        if not wal.exists() or wal.stat().st_size == 0:
+            return
+        try:
+            conn = sqlite3.connect(self.path)
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} has committed rows in its WAL ({wal}) that could not be folded in "
+                             f"({e}); open it once with write access (training mode) to checkpoint it") from e
+
+    def execute(self, sql: str, args: Any = ()) -> sqlite3.Cursor:
+        """Run a query; a damaged database raises :class:`StoreError` saying what to do."""
+        try:
+            return self.conn.execute(sql, args)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} is damaged ({e}); restore it from a run snapshot "
+                             "(snapshots/iter<k>/memory.sqlite) or move it aside") from e
 
     def _create(self, dim: int | None, embedder: str) -> None:
         with self.conn:
@@ -147,7 +201,7 @@ class MemoryDB:
             self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self.conn.executemany("INSERT INTO meta VALUES (?, ?)", [
                 ("app", APP_ID), ("schema_version", str(SCHEMA_VERSION)), ("embedder", embedder),
-                ("embedding_dim", "" if dim is None else str(dim)),
+                ("embedding_dim", "" if dim is None else str(dim)), ("uuid", uuid.uuid4().hex),
             ])
 
     def _check(self, tables: set[str]) -> None:
@@ -164,17 +218,23 @@ class MemoryDB:
                 f"{self.path} was written by a newer ap-gym (schema {version} > {SCHEMA_VERSION}). "
                 "Upgrade ap-gym to read it; the file was not modified."
             )
-        try:
-            self.conn.execute("SELECT count(*) FROM trajectories").fetchone()
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path} is damaged ({e}); restore it from a run snapshot") from e
+        expected = _expected_columns()
+        for table, columns in expected.items():
+            have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+            if not have:
+                raise StoreError(f"{self.path} is damaged: its table {table} is missing; restore it from a run "
+                                 "snapshot or move it aside (it was not modified)")
+            if missing := columns - have:
+                raise StoreError(f"{self.path} is damaged: table {table} lacks {', '.join(sorted(missing))}; "
+                                 "restore it from a run snapshot or move it aside (it was not modified)")
+        self.conn.execute("SELECT count(*) FROM trajectories").fetchone()
 
     def _dim_message(self, got: int) -> str:
         return (f"embedding of dimension {got}, but {self.path} holds dimension {self.dim} "
                 f"(made with {self.embedder}). Use the same embedder, or a new memory path.")
 
     def meta(self, key: str) -> str | None:
-        row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        row = self.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return None if row is None else row[0]
 
     def set_meta(self, key: str, value: str) -> None:
@@ -228,17 +288,51 @@ class MemoryDB:
             self.conn.close()
 
     @staticmethod
-    def restore(snapshot: str | Path, dest: str | Path) -> None:
-        """Replace ``dest`` (and its WAL files) with a copy of ``snapshot``."""
+    def validate(path: str | Path, embedding_dim: int | None = None) -> None:
+        """Raise :class:`StoreError` unless ``path`` is a memory this ap-gym can read with
+        embeddings of ``embedding_dim``; the file is opened read-only and not changed."""
+        MemoryDB(path, readonly=True, embedding_dim=embedding_dim).close()
+
+    @staticmethod
+    def stage(snapshot: str | Path, dest: str | Path, embedding_dim: int | None = None) -> Path:
+        """A proven copy of ``snapshot`` beside ``dest``, ready for :meth:`swap_in`.
+
+        The snapshot is checked first (corrupt, foreign, newer schema, other embedding
+        dimension: :class:`StoreError` naming the snapshot), then copied, then the copy is
+        checked; ``dest`` is not touched.
+        """
+        snapshot, dest = Path(snapshot), Path(dest)
+        try:
+            MemoryDB.validate(snapshot, embedding_dim)
+        except StoreError as e:
+            raise StoreError(f"the snapshot {snapshot} cannot be loaded ({e}); the live memory {dest} was not "
+                             "modified") from None
+        tmp = dest.with_name(dest.name + ".incoming")
+        shutil.copyfile(snapshot, tmp)
+        try:
+            MemoryDB.validate(tmp, embedding_dim)
+        except StoreError:
+            tmp.unlink(missing_ok=True)
+            raise
+        return tmp
+
+    @staticmethod
+    def swap_in(staged: str | Path, dest: str | Path, snapshot: str | Path | None = None) -> None:
+        """Replace ``dest`` (closed) by a staged copy in one rename; its WAL files and index
+        files go, the snapshot's index files come along."""
         dest = Path(dest)
         for suffix in ("-wal", "-shm", *_index_suffixes()):
             Path(str(dest) + suffix).unlink(missing_ok=True)
-        tmp = dest.with_suffix(dest.suffix + ".tmp")
-        shutil.copyfile(snapshot, tmp)
-        tmp.replace(dest)
-        for suffix in _index_suffixes():
-            if Path(f"{snapshot}{suffix}").exists():
-                shutil.copyfile(f"{snapshot}{suffix}", f"{dest}{suffix}")
+        Path(staged).replace(dest)
+        if snapshot is not None:
+            for suffix in _index_suffixes():
+                if Path(f"{snapshot}{suffix}").exists():
+                    shutil.copyfile(f"{snapshot}{suffix}", f"{dest}{suffix}")
+
+    @staticmethod
+    def restore(snapshot: str | Path, dest: str | Path, embedding_dim: int | None = None) -> None:
+        """Replace ``dest`` (closed) with a proven copy of ``snapshot``; see :meth:`stage`."""
+        MemoryDB.swap_in(MemoryDB.stage(snapshot, dest, embedding_dim), dest, snapshot)
 
 
 @dataclass(frozen=True)
@@ -274,6 +368,7 @@ class _Embedded:
     def __init__(self, db: MemoryDB) -> None:
         self.db = db
         self._index: AutoIndex | None = None
+        self._index_max = 0
         self._dirty = False
         self._count: int | None = None
         db._stores.append(self)
@@ -282,11 +377,12 @@ class _Embedded:
         return Path(f"{db_path or self.db.path}.{self.table}.faiss")
 
     def fingerprint(self) -> dict[str, Any]:
-        count, max_id, id_sum = self.db.conn.execute(
+        count, max_id, id_sum = self.db.execute(
             f"SELECT count(*), coalesce(max({self.id_col}), 0), coalesce(sum({self.id_col}), 0)"
             f" FROM {self.table} {self.where}").fetchone()
+        # the database's own id: an index file of another database with the same counts is not ours
         return {"table": self.table, "rows": count, "max_id": max_id, "id_sum": id_sum,
-                "dim": self.db.dim, "embedder": self.db.embedder}
+                "dim": self.db.dim, "embedder": self.db.embedder, "db": self.db.meta("uuid")}
 
     def _load_index(self) -> AutoIndex:
         with self.db._lock:
@@ -295,13 +391,14 @@ class _Embedded:
             dim = self.db.dim or 1
             index = AutoIndex(dim, self.db.ann_threshold)
             fingerprint = self.fingerprint()
+            self._index_max = int(fingerprint["max_id"])
             if fingerprint["rows"] >= self.db.ann_threshold:
                 loaded = load_index(self.index_path(), fingerprint)
                 if loaded is not None:
                     index.inner = loaded
                     self._index = index
                     return index
-            cursor = self.db.conn.execute(
+            cursor = self.db.execute(
                 f"SELECT {self.id_col}, embedding FROM {self.table} {self.where} ORDER BY {self.id_col}")
             while rows := cursor.fetchmany(50_000):
                 vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
@@ -319,6 +416,8 @@ class _Embedded:
         with self.db._lock:
             if self._index is None or self._index.kind != "hnsw" or (db_path is None and not self._dirty):
                 return
+            if db_path is None and self.db.readonly:  # nothing is written beside a frozen database
+                return
             try:
                 save_index(self._index, self.index_path(db_path), self.fingerprint())
             except (OSError, RuntimeError):
@@ -332,7 +431,7 @@ class _Embedded:
         vec = self.db.check_vector(embedding)
         columns = [*row, "embedding"]
         with self.db._lock, self.db.conn:
-            cur = self.db.conn.execute(
+            cur = self.db.execute(
                 f"INSERT INTO {self.table} ({', '.join(columns)}) VALUES ({','.join('?' * len(columns))})",
                 [*row.values(), _blob(vec)])
             new_id = int(cur.lastrowid)
@@ -345,8 +444,30 @@ class _Embedded:
         if self._index is not None:
             self._index.add(ids, vecs)
             self._dirty = True
+            self._index_max = max(self._index_max, int(ids.max()))
         if self._count is not None:
             self._count += len(ids)
+
+    def _catch_up(self) -> None:
+        """Index rows another process (or handle) added since the index was built; a frozen
+        (read-only, immutable) database cannot change, so it is not asked."""
+        if self._index is None or self.db.readonly:
+            return
+        latest = self.db.execute(f"SELECT coalesce(max({self.id_col}), 0) FROM {self.table}").fetchone()[0]
+        if latest <= self._index_max:
+            return
+        join = "AND" if self.where else "WHERE"
+        rows = self.db.execute(f"SELECT {self.id_col}, embedding FROM {self.table} {self.where} {join} "
+                               f"{self.id_col} > ? ORDER BY {self.id_col}", (self._index_max,)).fetchall()
+        if rows:
+            vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+            self._index.add(np.array([r[0] for r in rows], dtype=np.int64), vecs)
+            self._dirty = True
+            self._grew()
+        self._index_max, self._count = int(latest), None
+
+    def _grew(self) -> None:
+        """Rows appeared from elsewhere: drop caches derived from the table."""
 
     def invalidate(self) -> None:
         with self.db._lock:
@@ -356,12 +477,15 @@ class _Embedded:
     def nearest(self, query: np.ndarray, k: int, allowed: Iterable[int] | None = None) -> list[tuple[int, float]]:
         query = self.db.check_vector(query)
         allowed_arr = None if allowed is None else np.fromiter(allowed, dtype=np.int64)
-        ids, sims = self._load_index().search(query, k, allowed_arr)
+        index = self._load_index()
+        with self.db._lock:
+            self._catch_up()
+        ids, sims = index.search(query, k, allowed_arr)
         return [(int(i), float(s)) for i, s in zip(ids, sims, strict=True)]
 
     def __len__(self) -> int:
         if self._count is None:
-            self._count = int(self.db.conn.execute(f"SELECT count(*) FROM {self.table}").fetchone()[0])
+            self._count = int(self.db.execute(f"SELECT count(*) FROM {self.table}").fetchone()[0])
         return self._count
 
 
@@ -382,7 +506,7 @@ class TrajectoryStore(_Embedded):
     def get(self, ids: Sequence[int]) -> list[Record]:
         if not ids:
             return []
-        rows = self.db.conn.execute(
+        rows = self.db.execute(
             f"SELECT * FROM trajectories WHERE id IN ({','.join('?' * len(ids))})", list(ids)
         ).fetchall()
         by_id = {r["id"]: r for r in rows}
@@ -394,27 +518,27 @@ class TrajectoryStore(_Embedded):
                       bool(r["success"]), r["score"], r["iteration"], r["mode"], json.loads(r["abstraction_ids"]))
 
     def embeddings(self, ids: Sequence[int]) -> np.ndarray:
-        rows = dict(self.db.conn.execute(
+        rows = dict(self.db.execute(
             f"SELECT id, embedding FROM trajectories WHERE id IN ({','.join('?' * len(ids))})", list(ids)).fetchall())
         return np.stack([_vec(rows[i]) for i in ids])
 
     def ids(self, success: bool | None = None) -> list[int]:
         if success is None:
-            rows = self.db.conn.execute("SELECT id FROM trajectories ORDER BY id")
+            rows = self.db.execute("SELECT id FROM trajectories ORDER BY id")
         else:
-            rows = self.db.conn.execute("SELECT id FROM trajectories WHERE success=? ORDER BY id", (int(success),))
+            rows = self.db.execute("SELECT id FROM trajectories WHERE success=? ORDER BY id", (int(success),))
         return [r[0] for r in rows]
 
     def latest_mixed_family(self) -> str | None:
         """The task family with the most recent record among those with both successes and failures."""
-        row = self.db.conn.execute(
+        row = self.db.execute(
             "SELECT family, max(id) FROM trajectories GROUP BY family HAVING sum(success)>0 AND sum(1-success)>0 "
             "ORDER BY max(id) DESC LIMIT 1").fetchone()
         return None if row is None else row[0]
 
     def family_outcomes(self, family: str) -> list[tuple[int, bool]]:
         """(id, success) of a family's records, newest first."""
-        rows = self.db.conn.execute("SELECT id, success FROM trajectories WHERE family=? ORDER BY id DESC", (family,))
+        rows = self.db.execute("SELECT id, success FROM trajectories WHERE family=? ORDER BY id DESC", (family,))
         return [(r[0], bool(r[1])) for r in rows]
 
 
@@ -472,7 +596,7 @@ class OutcomeLog(_Embedded):
         with self.db._lock:
             if self._arrays is None:
                 seqs, codes, rewards = [], [], []
-                for seq, mode, reward in self.db.conn.execute("SELECT seq, mode, reward FROM outcome_log ORDER BY seq"):
+                for seq, mode, reward in self.db.execute("SELECT seq, mode, reward FROM outcome_log ORDER BY seq"):
                     seqs.append(seq)
                     codes.append(self._code(mode))
                     rewards.append(reward)
@@ -496,13 +620,16 @@ class OutcomeLog(_Embedded):
 
     def entries(self) -> list[LogEntry]:
         """Every entry, in log order (reads the whole log: for reports and tests)."""
-        rows = self.db.conn.execute("SELECT * FROM outcome_log ORDER BY seq").fetchall()
+        rows = self.db.execute("SELECT * FROM outcome_log ORDER BY seq").fetchall()
         return [LogEntry(r["seq"], _vec(r["embedding"]), r["mode"], r["reward"], r["family"],
                          r["instruction"], bool(r["success"]), r["synthesis_calls"], r["trajectory_id"])
                 for r in rows]
 
     def invalidate(self) -> None:
         super().invalidate()
+        self._arrays = None
+
+    def _grew(self) -> None:
         self._arrays = None
 
 
@@ -562,13 +689,13 @@ class AbstractionStore(_Embedded):
         return self._read("" if include_inactive else "WHERE active=1", "", [])
 
     def _read(self, where: str, link_where: str, args: list[Any]) -> list[Abstraction]:
-        rows = self.db.conn.execute(f"SELECT * FROM abstractions {where} ORDER BY id", args).fetchall()
+        rows = self.db.execute(f"SELECT * FROM abstractions {where} ORDER BY id", args).fetchall()
         sources: dict[int, list[int]] = {}
         parents: dict[int, list[int]] = {}
-        for a, t in self.db.conn.execute(
+        for a, t in self.db.execute(
                 f"SELECT abstraction_id, trajectory_id FROM abstraction_sources {link_where} ORDER BY 1, 2", args):
             sources.setdefault(a, []).append(t)
-        for a, p in self.db.conn.execute(
+        for a, p in self.db.execute(
                 f"SELECT abstraction_id, parent_id FROM abstraction_parents {link_where} ORDER BY 1, 2", args):
             parents.setdefault(a, []).append(p)
         return [Abstraction(r["id"], r["text"], r["kind"], r["iteration"], bool(r["active"]), r["uses"],
@@ -585,20 +712,20 @@ class AbstractionStore(_Embedded):
         if not_below is not None:
             where.append("NOT (uses>=? AND score<?)")
             args += list(not_below)
-        rows = self.db.conn.execute(f"SELECT id FROM abstractions WHERE {' AND '.join(where)} ORDER BY id", args)
+        rows = self.db.execute(f"SELECT id FROM abstractions WHERE {' AND '.join(where)} ORDER BY id", args)
         return [r[0] for r in rows]
 
     def scores(self) -> list[tuple[int, int, float]]:
         """(id, uses, score) of every active abstraction, in order (for maintenance)."""
         return [(r[0], r[1], r[2]) for r in
-                self.db.conn.execute("SELECT id, uses, score FROM abstractions WHERE active=1 ORDER BY id")]
+                self.db.execute("SELECT id, uses, score FROM abstractions WHERE active=1 ORDER BY id")]
 
     def record_use(self, ids: Sequence[int], success: bool) -> None:
         """Count a use of each abstraction and update its score, (successes+1)/(uses+2)."""
         self.db._writable()
         with self.db._lock, self.db.conn:
             for aid in ids:
-                self.db.conn.execute(
+                self.db.execute(
                     "UPDATE abstractions SET uses=uses+1, successes=successes+?,"
                     " score=(successes+?+1.0)/(uses+1+2.0) WHERE id=?", (int(success), int(success), aid))
 
@@ -607,14 +734,14 @@ class AbstractionStore(_Embedded):
         self.db._writable()
         with self.db._lock, self.db.conn:
             for aid in ids:
-                self.db.conn.execute(
+                self.db.execute(
                     "UPDATE abstractions SET active=0, flags=json_set(flags, '$.pruned', ?) WHERE id=?", (reason, aid))
         self.invalidate()
 
     def set_flag(self, aid: int, key: str, value: Any) -> None:
         self.db._writable()
         with self.db._lock, self.db.conn:
-            self.db.conn.execute("UPDATE abstractions SET flags=json_set(flags, ?, json(?)) WHERE id=?",
+            self.db.execute("UPDATE abstractions SET flags=json_set(flags, ?, json(?)) WHERE id=?",
                                  (f"$.{key}", json.dumps(value), aid))
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from ap_gym.backbones.base import GenerationConfig
 from ap_gym.backbones.embedders import Embedder
+from ap_gym.errors import StoreError
 from ap_gym.memory.store import AbstractionStore, MemoryDB, OutcomeLog, Record, TrajectoryStore
 from ap_gym.types import Episode
 
@@ -140,12 +141,27 @@ class Memory:
         MemoryDB(self.db_path, embedding_dim=self.embedder.dim, embedder=self.embedder.identity).close()
         self._open(readonly=not self.training)
 
-    def load_state(self, directory: str | Path) -> None:
-        """Restore a snapshot made by :meth:`save_state` (the current state is replaced)."""
+    def load_state(self, directory: str | Path, expect: str | None = None) -> None:
+        """Restore a snapshot made by :meth:`save_state`, replacing the current state.
+
+        The snapshot is proven first: its ``state.json`` names the policy ``expect`` (a
+        snapshot of another design is refused), its database opens with this embedder's
+        dimension and schema, and a copy of it opens too. Only then is the live database
+        replaced, in one rename; any failure leaves it as it was, open and usable.
+        """
         directory = Path(directory)
-        state = json.loads((directory / "state.json").read_text())
+        try:
+            state = json.loads((directory / "state.json").read_text())
+            name = state["policy"]["name"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise StoreError(f"{directory} is not a policy snapshot (state.json: {e}); the live memory "
+                             f"{self.db_path} was not modified") from None
+        if expect is not None and name != expect:
+            raise StoreError(f"{directory} is a snapshot of {name!r}, not of {expect!r}; the live memory "
+                             f"{self.db_path} was not modified")
+        staged = MemoryDB.stage(directory / "memory.sqlite", self.db_path, self.embedder.dim)
         self.db.close()
-        MemoryDB.restore(directory / "memory.sqlite", self.db_path)
+        MemoryDB.swap_in(staged, self.db_path, directory / "memory.sqlite")
         self.iteration = int(state.get("iteration", 0))
         self._open(readonly=not self.training)
 

@@ -166,8 +166,9 @@ class MemoryPolicy:
         return self.memory.save_state(directory, self.spec())
 
     def load_state(self, directory: str | Path) -> MemoryPolicy:
-        """Restore a snapshot made by :meth:`save_state` (the current state is replaced)."""
-        self.memory.load_state(directory)
+        """Restore a snapshot made by :meth:`save_state` of this same policy; an unusable
+        snapshot raises :class:`~ap_gym.errors.StoreError` and changes nothing."""
+        self.memory.load_state(directory, expect=self.spec()["name"])
         return self
 
     def clear_state(self) -> MemoryPolicy:

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,8 +24,8 @@ class RandomPolicy(BasePolicy):
     """Uniform choice among ``info["admissible_commands"]``.
 
     Args:
-        seed: seeds the policy's own generator; episodes are reproducible given the
-            same seed and the same sequence of tasks.
+        seed: with the task id, seeds each episode's generator, so an episode is the
+            same whatever ran before it (resume, another worker count, another order).
         fallback: actions to draw from when the env gives no admissible commands.
     """
 
@@ -35,6 +36,10 @@ class RandomPolicy(BasePolicy):
         self.seed = seed
         self.rng = random.Random(seed)
         self.fallback = list(fallback)
+
+    def _begin(self, observation: str, info: Mapping[str, Any]) -> None:
+        key = f"random|{self.seed}|{info.get('task_id', '')}"
+        self.rng = random.Random(int(hashlib.sha256(key.encode()).hexdigest()[:16], 16))
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         options = list(info.get("admissible_commands") or self.fallback)

@@ -163,7 +163,11 @@ def load_episodes(run_dir: str | Path) -> list[dict[str, Any]]:
 
 def summarise(run_dir: str | Path) -> dict[str, Any]:
     """Per setting and iteration: held-out success, score, LLM calls, steps (no timings,
-    so an interrupted and an uninterrupted run summarise identically)."""
+    so an interrupted and an uninterrupted run summarise identically).
+
+    Infrastructure failures are counted and left out of the rates; a setting where no
+    episode was valid reports no rate (``None``), never 0.0.
+    """
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for x in load_episodes(run_dir):
         if x["phase"] == "eval":
@@ -171,17 +175,21 @@ def summarise(run_dir: str | Path) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     for (key, it), eps in groups.items():
         valid = [e for e in eps if e["termination"] != Termination.INFRA.value]
-        n = len(valid) or 1
+        n = len(valid)
         calls = [e["usage"]["calls"] for e in valid]
+
+        def mean(total: float, n: int = n) -> float | None:
+            return total / n if n else None
+
         entry = {
             "iteration": it,
             "episodes": len(eps),
             "infrastructure_failures": len(eps) - len(valid),
-            "success_rate": sum(e["success"] for e in valid) / n,
-            "mean_llm_calls": sum(e["usage"]["llm_calls"] for e in valid) / n,
-            "mean_acting_calls": sum(c.get("acting", 0) for c in calls) / n,
-            "mean_synthesis_calls": sum(sum(v for k, v in c.items() if k != "acting") for c in calls) / n,
-            "mean_steps": sum(e["num_steps"] for e in valid) / n,
+            "success_rate": mean(sum(e["success"] for e in valid)),
+            "mean_llm_calls": mean(sum(e["usage"]["llm_calls"] for e in valid)),
+            "mean_acting_calls": mean(sum(c.get("acting", 0) for c in calls)),
+            "mean_synthesis_calls": mean(sum(sum(v for k, v in c.items() if k != "acting") for c in calls)),
+            "mean_steps": mean(sum(e["num_steps"] for e in valid)),
             "successes": sorted(e["task_id"] for e in valid if e["success"]),
         }
         settings.setdefault(key, []).append(entry)

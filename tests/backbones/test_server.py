@@ -90,3 +90,21 @@ def test_an_api_key_is_required_beyond_loopback(tiny_backbone):
         assert OpenAIBackbone(keyed.url, api_key="s3cret").model
     finally:
         keyed.stop()
+
+
+def test_a_body_that_never_arrives_is_answered_408(tiny_backbone):
+    import socket
+    import time
+
+    slow = BackboneServer(tiny_backbone, port=0, body_timeout_s=1.0).start()
+    try:
+        host, port = slow.url.split("//")[1].split("/")[0].split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 1000\r\n\r\n{\"messages\": ")
+            t = time.monotonic()
+            answer = s.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408") and time.monotonic() - t < 5
+        assert httpx.get(slow.url + "/models").status_code == 200  # the server goes on
+    finally:
+        slow.stop()

@@ -70,3 +70,20 @@ def test_bad_input_gets_clear_errors():
     env.step("quit")
     with pytest.raises(gym.error.ResetNeeded):
         env.step("add")
+
+
+@pytest.mark.parametrize("bad", ["10", float("nan"), float("inf"), True])
+def test_a_score_that_is_not_a_finite_number_is_an_infrastructure_failure(bad):
+    import ap_gym
+    from ap_gym.policies import RandomPolicy
+    from ap_gym.types import Termination
+
+    class BadScore(Counter):
+        def _advance(self, action):
+            result = super()._advance(action)
+            return type(result)(result.observation, bad, result.won, result.lost, result.admissible_commands)
+
+    ep = ap_gym.run_episode(BadScore(), RandomPolicy(seed=0), task_id="c/1", max_steps=5)
+    assert ep.termination is Termination.INFRA and "finite number" in ep.error
+    assert ap_gym.run_episode(Counter(), RandomPolicy(seed=0), task_id="c/1", max_steps=5).termination \
+        is not Termination.INFRA  # the next episode simply runs

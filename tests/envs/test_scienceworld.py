@@ -93,3 +93,23 @@ def test_walkthrough_wins_every_held_out_task(sw_env):
     lost = {k: v for k, v in results.items() if not v[0]}
     assert not lost, lost
     assert len(results) == 60
+
+
+def test_a_hung_jvm_is_killed_by_the_watchdog_and_reset_recovers():
+    import os
+    import signal
+    import time
+
+    env = gym.make("ap_gym/ScienceWorld-v0", split="test", engine_timeout_s=4)
+    try:
+        task = env.unwrapped.task_ids("test")[0]
+        env.reset(options={"task_id": task})
+        os.kill(env.unwrapped._engine._gateway.java_process.pid, signal.SIGSTOP)  # hung, not dead
+        t = time.monotonic()
+        with pytest.raises(EnvInfrastructureError, match="stopped answering"):
+            env.step("look around")
+        assert time.monotonic() - t < 30
+        obs, info = env.reset(options={"task_id": task})  # a new JVM
+        assert info["task_id"] == task and obs
+    finally:
+        env.close()

@@ -117,3 +117,32 @@ def test_outcome_log_answers_the_bandit_like_the_entry_list(tmp_path):
     assert bandit.global_means(log) == pytest.approx(bandit.global_means(log.entries()))
     assert log.modes_seen() == set(modes) and len(log) == 60
     db.close()
+
+
+def test_an_index_file_of_another_database_is_never_used(tmp_path):
+    """Two databases with the same row counts and ids: each searches its own vectors."""
+    import shutil
+
+    def build(path, seed):
+        db = MemoryDB(path, embedding_dim=32, ann_threshold=50)
+        store = TrajectoryStore(db)
+        vecs = clustered(80, seed=seed)
+        for v in vecs:
+            store.add(task_id="t", family="f", instruction="i", steps=[], success=True, score=1.0, embedding=v,
+                      iteration=0)
+        store.nearest(vecs[0], 5)  # builds and saves the HNSW file
+        db.close()
+        return vecs
+
+    vecs_a = build(tmp_path / "a.sqlite", 1)
+    vecs_b = build(tmp_path / "b.sqlite", 2)
+    for suffix in (".trajectories.faiss", ".trajectories.faiss.json"):  # A's index beside B
+        shutil.copyfile(f"{tmp_path / 'a.sqlite'}{suffix}", f"{tmp_path / 'b.sqlite'}{suffix}")
+    db = MemoryDB(tmp_path / "b.sqlite", readonly=True, embedding_dim=32, ann_threshold=50)
+    store = TrajectoryStore(db)
+    exact = ExactIndex(32)
+    exact.add(np.arange(1, 81), vecs_b)
+    for q in vecs_b[:5]:
+        assert [i for i, _ in store.nearest(q, 5)] == list(exact.search(q, 5)[0])
+    assert not np.allclose(vecs_a, vecs_b)
+    db.close()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 import sqlite3
 
 import numpy as np
@@ -128,3 +129,82 @@ def test_backup_and_restore(tmp_path):
     db.close()
     MemoryDB.restore(tmp_path / "snap.sqlite", tmp_path / "m.sqlite")
     assert len(TrajectoryStore(MemoryDB(tmp_path / "m.sqlite", embedding_dim=3))) == 1
+
+
+def _healthy(path, rows=3):
+    db = MemoryDB(path, embedding_dim=3)
+    store = TrajectoryStore(db)
+    for i in range(rows):
+        add_record(store, f"t{i}")
+    db.close()
+    return path
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    ("DROP TABLE outcome_log", "table outcome_log is missing"),
+    ("DROP TABLE meta; CREATE TABLE meta (k TEXT, v TEXT); INSERT INTO meta VALUES ('app', 'x')", "damaged"),
+    ("ALTER TABLE trajectories DROP COLUMN mode", "trajectories lacks mode"),
+])
+def test_structural_damage_is_a_store_error(tmp_path, damage, message):
+    path = _healthy(tmp_path / "m.sqlite")
+    conn = sqlite3.connect(path)
+    conn.executescript(damage)
+    conn.close()
+    before = sha(path)
+    for readonly in (False, True):
+        with pytest.raises(StoreError, match=message):
+            MemoryDB(path, readonly=readonly, embedding_dim=3)
+    assert sha(path) == before
+
+
+def test_flipped_bits_never_escape_as_raw_sqlite_errors(tmp_path):
+    path = _healthy(tmp_path / "m.sqlite", rows=200)
+    data = bytearray(path.read_bytes())
+    for offset in range(4096 + 100, len(data), 997):  # every page but the header's
+        data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+    try:
+        db = MemoryDB(path, embedding_dim=3)
+        store = TrajectoryStore(db)
+        store.get(store.ids())
+        store.nearest(unit(1, 0, 0), 3)
+    except StoreError as e:
+        assert "restore it from a run snapshot" in str(e) or "move it aside" in str(e)
+    # (sqlite3 errors of any other kind would fail this test)
+
+
+def test_a_read_only_directory_is_named_as_such(tmp_path, monkeypatch):
+    import os
+
+    path = _healthy(tmp_path / "m.sqlite")
+    monkeypatch.setattr(os, "access", lambda p, mode: mode != os.W_OK)  # root ignores permissions
+    with pytest.raises(StoreError, match="read-only.*not modified"):
+        MemoryDB(path, embedding_dim=3)
+    monkeypatch.undo()
+    assert len(TrajectoryStore(MemoryDB(path, embedding_dim=3))) == 3
+
+
+def test_rows_added_by_another_handle_are_found(tmp_path):
+    path = _healthy(tmp_path / "m.sqlite", rows=2)
+    mine, theirs = MemoryDB(path, embedding_dim=3), MemoryDB(path, embedding_dim=3)
+    store = TrajectoryStore(mine)
+    assert len(store.nearest(unit(0, 0, 1), 5)) == 2  # index built
+    new = add_record(TrajectoryStore(theirs), "new", vec=(0, 0, 1))
+    assert store.nearest(unit(0, 0, 1), 1)[0][0] == new and len(store) == 3
+    mine.close()
+    theirs.close()
+
+
+def test_a_frozen_open_sees_rows_still_in_the_wal_and_writes_nothing(tmp_path):
+    path = tmp_path / "m.sqlite"
+    writer = MemoryDB(path, embedding_dim=3, ann_threshold=2)
+    store = TrajectoryStore(writer)
+    for i in range(4):
+        add_record(store, f"t{i}")  # committed, still in the WAL: the writer stays open
+    assert Path(f"{path}-wal").stat().st_size > 0
+    frozen = MemoryDB(path, readonly=True, embedding_dim=3, ann_threshold=2)
+    ro = TrajectoryStore(frozen)
+    assert len(ro) == 4 and len(ro.nearest(unit(1, 0, 0), 4)) == 4  # an HNSW index built in memory
+    frozen.close()
+    assert not list(tmp_path.glob("*.faiss*"))
+    writer.close()

@@ -218,3 +218,53 @@ def test_every_policy_trains_and_evaluates_on_real_envs_with_the_default_backbon
                 assert held_out.policy_info["guidance"] in held_out.steps[0].prompt
     finally:
         env.close()
+
+
+def _corrupt_snapshots(policy, tmp_path, embedder):
+    """Snapshots that must be refused: zeroed, a newer schema, another embedder's dimension."""
+    import shutil
+    import sqlite3
+
+    good = policy.save_state(tmp_path / "good")
+    zeroed = tmp_path / "zeroed"
+    shutil.copytree(good, zeroed)
+    (zeroed / "memory.sqlite").write_bytes(b"\0" * 8192)
+    newer = tmp_path / "newer"
+    shutil.copytree(good, newer)
+    conn = sqlite3.connect(newer / "memory.sqlite")
+    conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    other_dim = tmp_path / "other_dim"
+    shutil.copytree(good, other_dim)
+    conn = sqlite3.connect(other_dim / "memory.sqlite")
+    conn.execute("UPDATE meta SET value='768' WHERE key='embedding_dim'")
+    conn.commit()
+    conn.close()
+    return {"zeroed": zeroed, "newer": newer, "other_dim": other_dim}
+
+
+def test_a_bad_snapshot_is_refused_before_the_live_memory_is_touched(tiny_backbone, embedder, tmp_path):
+    from ap_gym.errors import StoreError
+
+    policy = make("trajectory", tiny_backbone, embedder, tmp_path)
+    train(policy, 5)
+    live = tmp_path / "trajectory.sqlite"
+    for n, (name, snapshot) in enumerate(_corrupt_snapshots(policy, tmp_path, embedder).items()):
+        with pytest.raises(StoreError, match=f"snapshot {snapshot}.*live memory {live} was not modified"):
+            policy.load_state(snapshot)
+        assert len(policy.trajectories) == 5 + n, name  # still open, still whole, still learning
+        train(policy, 1)
+    assert len(policy.trajectories) == 8
+    policy.close()  # no ProgrammingError hiding anything
+
+
+def test_a_snapshot_of_another_design_is_refused(tiny_backbone, embedder, tmp_path):
+    from ap_gym.errors import StoreError
+
+    ap = make("anti_persistence", tiny_backbone, embedder, tmp_path)
+    train(ap, 2)
+    snapshot = ap.save_state(tmp_path / "ap_snapshot")
+    trajectory = make("trajectory", tiny_backbone, embedder, tmp_path)
+    with pytest.raises(StoreError, match="snapshot of 'anti_persistence', not of 'trajectory'"):
+        trajectory.load_state(snapshot)

@@ -41,3 +41,15 @@ def test_reading_results_does_not_import_the_runner():
             "print(any(m.startswith(('ap_gym.protocol.loop', 'ap_gym.protocol.executors')) for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_setting_with_no_valid_episode_reports_no_rate(tmp_path):
+    directory = tmp_path / "bench" / "p" / "seed0"
+    directory.mkdir(parents=True)
+    log = EpisodeLog(directory / "episodes.jsonl")
+    for i in range(3):
+        episode = Episode(task_id=f"t{i}", task_family="f", instruction="", initial_observation="", steps=(),
+                          success=False, score=None, max_score=None, termination=Termination.INFRA, seed=0)
+        log.append(EpisodeLine("eval", 0, i, "bench", "p", 0, 3, episode.to_dict()))
+    entry = summarise(tmp_path)["settings"]["bench/p/seed0"][0]
+    assert entry["infrastructure_failures"] == 3 and entry["success_rate"] is None and entry["mean_steps"] is None

@@ -97,3 +97,15 @@ def test_worker_processes_die_with_a_killed_driver(tmp_path):
     while time.time() < deadline and any(_alive(p) for p in workers):
         time.sleep(0.2)
     assert not any(_alive(p) for p in workers), "worker processes outlived their driver"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_sigint_stop_cleanly_and_say_how_to_resume(tmp_path, sig):
+    from tests.helpers import kill_resume_and_compare
+
+    data = ap_config(tmp_path / "killed", workers=2, heldout=6)
+    proc = kill_resume_and_compare(tmp_path, data, lambda ls: sum(x["phase"] == "eval" for x in ls) >= 1, sig=sig,
+                                   clean_overrides={"workers": 1})
+    err = proc.stderr.read()
+    assert proc.returncode == 130 and "run the same command again to resume" in err and "Traceback" not in err
