@@ -52,17 +52,19 @@ def _cmd_games(args: argparse.Namespace) -> int:
     from rich.progress import track
 
     if args.benchmark == "textworld":
-        from ap_gym.envs.textworld import default_suite, ensure_game
+        from ap_gym.envs.textworld import default_suite
+        from ap_gym.envs.textworld import generate_game as generate
 
         specs: list = [s for split in ("train", "test") for s in default_suite()[split]]
     else:
         from ap_gym.envs.alfworld import alfworld_suite
-        from ap_gym.envs.alfworld_gen import ensure_alfworld_game as ensure_game
+        from ap_gym.envs.alfworld_gen import generate_alfworld_game as generate
 
         specs = [s for split in ("test", "train") for s in alfworld_suite()[split]]
     t = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        for _ in track(pool.map(ensure_game, specs), total=len(specs), description=f"{args.benchmark} games"):
+        # the pool's processes already keep native crashes away from this one
+        for _ in track(pool.map(generate, specs), total=len(specs), description=f"{args.benchmark} games"):
             pass
     print(f"{len(specs)} {args.benchmark} games ready ({time.perf_counter() - t:.0f} s)")
     return 0

@@ -27,9 +27,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ap_gym.envs.isolated import isolated
 from ap_gym.paths import cache_dir
 
-__all__ = ["TASK_TYPES", "AlfGameSpec", "ensure_alfworld_game", "scenes"]
+__all__ = ["TASK_TYPES", "AlfGameSpec", "ensure_alfworld_game", "generate_alfworld_game", "scenes"]
 
 TASK_TYPES = (
     "pick_and_place_simple",
@@ -227,17 +228,33 @@ def _check(game_file: Path) -> list[str] | None:
         env.close()
 
 
+def _cached(spec: AlfGameSpec) -> tuple[Path, bool]:
+    final = cache_dir("alfworld", f"games-v{GENERATOR_VERSION}") / spec.task_id.replace("/", "__")
+    done = all((final / f).exists() for f in ("game.tw-pddl", "traj_data.json", "walkthrough.json"))
+    return final / "game.tw-pddl", done
+
+
 def ensure_alfworld_game(spec: AlfGameSpec, attempts: int = 20) -> Path:
     """The checked ``game.tw-pddl`` of ``spec``, generated on first use and cached.
+
+    Generation (with fast-downward's planner, native code) runs in a helper process
+    (:mod:`ap_gym.envs.isolated`), so a crash there cannot take the caller down.
+    """
+    game, done = _cached(spec)
+    return game if done else isolated(generate_alfworld_game, spec, attempts, what=f"generating {spec.task_id}")
+
+
+def generate_alfworld_game(spec: AlfGameSpec, attempts: int = 20) -> Path:
+    """Generate (in this process) and cache the checked game of ``spec``.
 
     Candidates are tried in a fixed order (the spec's seed, then derived ones) until one
     is hostable and its plan wins; the cache holds only checked games, written to a
     temporary directory and renamed into place.
     """
-    final = cache_dir("alfworld", f"games-v{GENERATOR_VERSION}") / spec.task_id.replace("/", "__")
-    game = final / "game.tw-pddl"
-    if game.exists() and (final / "traj_data.json").exists() and (final / "walkthrough.json").exists():
+    game, done = _cached(spec)
+    if done:
         return game
+    final = game.parent
     shutil.rmtree(final, ignore_errors=True)
     for attempt in range(attempts):
         candidate = AlfGameSpec(spec.task_type, spec.scene, spec.seed * 1000 + attempt)

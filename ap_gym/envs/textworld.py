@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
+from ap_gym.envs.isolated import isolated
 from ap_gym.errors import EnvInfrastructureError
 from ap_gym.paths import cache_dir
 
-__all__ = ["GameSpec", "TextWorldEnv", "default_suite", "ensure_game"]
+__all__ = ["GameSpec", "TextWorldEnv", "default_suite", "ensure_game", "generate_game"]
 
 
 @dataclass(frozen=True)
@@ -103,9 +104,20 @@ def _game_dir() -> Path:
 def ensure_game(spec: GameSpec) -> Path:
     """The path of ``spec``'s game file, generating it first if the cache lacks it.
 
-    Generation writes into a temporary directory that is renamed into place, so a killed
-    generation never leaves a game that looks complete.
+    Generation (Inform 7's compiler, native code) runs in a helper process
+    (:mod:`ap_gym.envs.isolated`), so a crash there cannot take the caller down.
     """
+    final = _game_dir() / spec.digest
+    game = final / "game.z8"
+    if game.exists() and (final / "game.json").exists():
+        return game
+    return isolated(generate_game, spec, what=f"generating {spec.task_id}")
+
+
+def generate_game(spec: GameSpec) -> Path:
+    """Generate (in this process) and cache ``spec``'s game. It is written into a temporary
+    directory that is renamed into place, so a killed generation never leaves a game that
+    looks complete."""
     final = _game_dir() / spec.digest
     game = final / "game.z8"
     if game.exists() and (final / "game.json").exists():
