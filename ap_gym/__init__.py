@@ -17,7 +17,7 @@ from ap_gym.errors import (
     UnknownTaskError,
 )
 from ap_gym.rollout import run_episode
-from ap_gym.types import Episode, Policy, Step, Termination, Usage
+from ap_gym.types import Episode, Policy, StatefulPolicy, Step, Termination, Usage
 
 __all__ = [
     "APGymError",
@@ -26,6 +26,7 @@ __all__ = [
     "Episode",
     "InfrastructureError",
     "Policy",
+    "StatefulPolicy",
     "Step",
     "Termination",
     "UnknownTaskError",

@@ -114,6 +114,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=2)
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--lane-tasks", type=int, default=8, help="tasks for 1 lane against 4 (at least 4)")
+    parser.add_argument("--only", choices=["choose", "lanes"], help="one comparison only")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     print(f"machine: {machine()}\n")
@@ -122,36 +124,51 @@ def main() -> None:
 
     probe = make_env(RunConfig(max_steps=args.max_steps), "textworld")
     tasks = heldout_subset(probe.unwrapped.task_ids("test"), args.tasks)
+    lane_tasks = heldout_subset(probe.unwrapped.task_ids("test"), max(4, args.lane_tasks))
     probe.close()
     model = default_model_dir()
     figures: dict[str, Any] = {"machine": machine(), "tasks": len(tasks), "max_steps": args.max_steps,
                                "repeat": args.repeat}
+    sides: list[Side] = []
     with VLLMServer(model, vllm_python(ROOT), log=Path(tempfile.mkdtemp()) / "vllm.log") as vllm:
-        serve = BackboneServer(TransformersBackbone(), port=0, model_name="smollm2").start()
-        try:
-            choose_v = Side("vLLM choose", vllm, "choose", 1, tasks, args.max_steps)
-            choose_s = Side("ap-gym serve choose", serve.url, "choose", 1, tasks, args.max_steps)
-            abba(choose_v, choose_s, args.repeat)
-            react_1 = Side("vLLM react, 1 lane", vllm, "react", 1, tasks, args.max_steps)
-            react_4 = Side("vLLM react, 4 lanes", vllm, "react", 4, tasks, args.max_steps)
+        if args.only != "lanes":
+            serve = BackboneServer(TransformersBackbone(), port=0, model_name="smollm2").start()
+            try:
+                choose_v = Side("vLLM choose", vllm, "choose", 1, tasks, args.max_steps)
+                choose_s = Side("ap-gym serve choose", serve.url, "choose", 1, tasks, args.max_steps)
+                abba(choose_v, choose_s, args.repeat)
+                react_v = Side("vLLM react", vllm, "react", 1, tasks, args.max_steps)
+                react_s = Side("ap-gym serve react", serve.url, "react", 1, tasks, args.max_steps)
+                abba(react_v, react_s, args.repeat)
+                sides += [choose_v, choose_s, react_v, react_s]
+            finally:
+                serve.stop()
+        if args.only != "choose":
+            react_1 = Side("vLLM react, 1 lane", vllm, "react", 1, lane_tasks, args.max_steps)
+            react_4 = Side("vLLM react, 4 lanes", vllm, "react", 4, lane_tasks, args.max_steps)
             abba(react_1, react_4, args.repeat)
-        finally:
-            serve.stop()
-    print(f"{len(tasks)} TextWorld held-out tasks, at most {args.max_steps} steps, no-memory agent, "
-          f"{args.repeat} x ABBA, median (min-max)\n")
-    print("| configuration | steps | s/step | episodes/min |")
-    print("|---|---|---|---|")
-    for side in (choose_v, choose_s, react_1, react_4):
-        print(f"| {side.name} | {side.steps} | {spread(side.per_step)} | {spread(side.per_minute, '{:.1f}')} |")
-        figures[side.name] = {"steps": side.steps, "seconds_per_step": side.per_step, "episodes_per_min": side.per_minute}
-    cost = [v / s for v, s in zip(choose_v.per_step, choose_s.per_step, strict=True)]
-    lanes = [f / o for f, o in zip(react_4.per_minute, react_1.per_minute, strict=True)]
-    print(f"\nchoose, vLLM / ap-gym serve time per step: {spread(cost, '{:.2f}')}x "
-          f"(same episodes: {choose_v.episodes == choose_s.episodes})")
-    print(f"react, 4 lanes / 1 lane episodes per minute: {spread(lanes, '{:.2f}')}x "
-          f"(same episodes: {react_1.episodes == react_4.episodes}; target >= 1.5x)")
-    figures.update(choose_vllm_over_serve=cost, lanes_4_over_1=lanes,
-                   same_choose=choose_v.episodes == choose_s.episodes, same_react=react_1.episodes == react_4.episodes)
+            sides += [react_1, react_4]
+    print(f"TextWorld held-out tasks, at most {args.max_steps} steps, no-memory agent, {args.repeat} x ABBA after "
+          "a warm-up pass of each side, median (min-max)\n")
+    print("| configuration | tasks | steps | s/step | episodes/min |")
+    print("|---|---|---|---|---|")
+    for side in sides:
+        print(f"| {side.name} | {len(side.tasks)} | {side.steps} | {spread(side.per_step)} | "
+              f"{spread(side.per_minute, '{:.1f}')} |")
+        figures[side.name] = {"tasks": len(side.tasks), "steps": side.steps, "seconds_per_step": side.per_step,
+                              "episodes_per_min": side.per_minute}
+    print()
+    if args.only != "lanes":
+        for mode, (v, s) in {"choose": (choose_v, choose_s), "react": (react_v, react_s)}.items():
+            ratio = [a / b for a, b in zip(v.per_step, s.per_step, strict=True)]
+            figures[f"{mode}_vllm_over_serve"] = ratio
+            print(f"{mode}, vLLM / ap-gym serve time per step: {spread(ratio, '{:.2f}')}x "
+                  f"(same episodes: {v.episodes == s.episodes})")
+    if args.only != "choose":
+        lanes = [f / o for f, o in zip(react_4.per_minute, react_1.per_minute, strict=True)]
+        figures["lanes_4_over_1"] = lanes
+        print(f"react against vLLM, 4 lanes / 1 lane episodes per minute: {spread(lanes, '{:.2f}')}x "
+              f"(same episodes: {react_1.episodes == react_4.episodes}; target >= 1.5x)")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
 

@@ -138,9 +138,13 @@ def write_report(runs: Sequence[str | Path], out: str | Path | None = None, benc
         for s in settings:
             if (s, m) in success:
                 a, o, st = (_mean_std(d[(s, m)])[0] for d in (acting, other, steps))
-                rows.append([m, s, a + o, a, o, st])
+                mine = [x for x in final if x["setting"] == s and x["policy"] == m]
+                modes = "/".join(sorted({x["policy_info"].get("action_mode") or "-" for x in mine}))
+                failures = statistics.fmean(x.get("parse_failures", 0) for x in mine)
+                rows.append([m, s, modes, a + o, a, o, st, failures])
     md += ["## LLM calls and trajectory length per held-out task (final iteration)", "",
-           _table(out / "llm_calls", ["method", "setting", "LLM calls", "acting", "synthesis+reflection+maintenance", "steps"], rows), ""]
+           _table(out / "llm_calls", ["method", "setting", "action mode", "LLM calls", "acting",
+                                      "synthesis+reflection+maintenance", "steps", "parse failures"], rows), ""]
 
     fam: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for x in final:

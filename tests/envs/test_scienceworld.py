@@ -113,3 +113,16 @@ def test_a_hung_jvm_is_killed_by_the_watchdog_and_reset_recovers():
         assert info["task_id"] == task and obs
     finally:
         env.close()
+
+
+def test_the_jvm_is_recycled_after_its_reset_budget():
+    env = gym.make("ap_gym/ScienceWorld-v0", split="test", recycle_every=2)
+    try:
+        task = env.unwrapped.task_ids("test")[0]
+        pids = []
+        for _ in range(3):
+            env.reset(options={"task_id": task})
+            pids.append(env.unwrapped._engine._gateway.java_process.pid)
+        assert pids[0] == pids[1] != pids[2]
+    finally:
+        env.close()

@@ -1,0 +1,443 @@
+"""Fault injection: replay classes of faults and bad input, and tally how each ended.
+
+Every fault is one function that provokes it against the real component (stores on disk,
+run configs, the results files, a misbehaving HTTP server, ``ap-gym serve``, ScienceWorld's
+JVM) and checks what must hold afterwards. Outcomes:
+
+* ``handled``: the right result (a bad episode recorded as an infrastructure failure, a
+  damaged line skipped, a dripping server cut off);
+* ``clear error``: an ap-gym error (or an HTTP 4xx) that says what went wrong;
+* ``crash``: any other exception; ``hang``: no answer within the fault's time limit;
+* ``data loss``: something that was stored is gone or changed.
+
+Target: 0 crashes, 0 hangs, 0 data loss.
+
+    python benchmarks/faults.py [--only stores] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import sqlite3
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from ap_gym.errors import APGymError
+
+TMP = Path(tempfile.mkdtemp(prefix="ap_gym_faults_"))
+FAULTS: list[tuple[str, str, Callable[[], str], float]] = []
+
+
+def fault(category: str, name: str, limit_s: float = 60.0) -> Callable[[Callable[[], str]], Callable[[], str]]:
+    def register(fn: Callable[[], str]) -> Callable[[], str]:
+        FAULTS.append((category, name, fn, limit_s))
+        return fn
+
+    return register
+
+
+@dataclass
+class Outcome:
+    category: str
+    name: str
+    outcome: str
+    detail: str
+    seconds: float
+
+
+def attempt(category: str, name: str, fn: Callable[[], str], limit_s: float) -> Outcome:
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = fn()
+        except APGymError as e:
+            box["result"] = f"clear error|{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        except BaseException as e:  # anything else is a crash
+            box["result"] = f"crash|{type(e).__name__}: {e}"[:200]
+
+    t = time.monotonic()
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    seconds = time.monotonic() - t
+    if thread.is_alive():
+        return Outcome(category, name, "hang", f"no answer within {limit_s:g} s", seconds)
+    outcome, _, detail = box["result"].partition("|")
+    return Outcome(category, name, outcome, detail, seconds)
+
+
+# ------------------------------------------------------------------ configs
+def _config(**change: Any) -> dict[str, Any]:
+    return {"name": "f", "benchmarks": ["textworld"], "backbone": "tiny", "out": str(TMP / "runs"),
+            "policies": ["no_memory"], "iterations": 1, **change}
+
+
+for _name, _change in [
+    ("typo in a policy key", {"policies": [{"name": "trajectory", "optons": {}}]}),
+    ("negative iterations", {"iterations": -1}), ("zero held-out", {"heldout": 0}), ("retries -1", {"retries": -1}),
+    ("benchmarks as a string", {"benchmarks": "textworld"}), ("seeds: 0", {"seeds": 0}),
+    ("iterations: two", {"iterations": "two"}), ("unknown executor", {"executor": "dask"}),
+    ("unknown benchmark", {"benchmarks": ["nethack"]}), ("unknown policy", {"policies": ["telepathy"]}),
+    ("label with /", {"policies": [{"name": "trajectory", "label": "a/b"}]}),
+    ("label ..", {"policies": [{"name": "trajectory", "label": ".."}]}), ("name ../x", {"name": "../x"}),
+    ("absolute name", {"name": "/tmp/x"}), ("duplicate labels", {"policies": ["trajectory", "trajectory"]}),
+    ("missing import", {"imports": ["no_such_module"]}), ("unknown key", {"surprise": 1}),
+    ("option of the wrong type", {"workers": "many"}), ("backbones empty", {"backbones": {}}),
+]:
+    def _refused(change: dict[str, Any] = _change) -> str:
+        from ap_gym.protocol import RunConfig
+
+        RunConfig.from_dict(_config(**change))
+        return "crash|accepted"
+
+    fault("configs", _name)(_refused)
+
+
+@fault("configs", "empty YAML file")
+def _empty_yaml() -> str:
+    from ap_gym.protocol import RunConfig
+
+    path = TMP / "empty.yaml"
+    path.write_text("")
+    RunConfig.from_file(path)
+    return "crash|accepted"
+
+
+# ------------------------------------------------------------------- stores
+_MEMORY: dict[str, Any] = {}
+
+
+def _policy(name: str = "trajectory", path: str = "live") -> Any:
+    from ap_gym.backbones import SentenceTransformerEmbedder, make_backbone
+    from ap_gym.policies import make_policy
+
+    _MEMORY.setdefault("backbone", make_backbone("tiny"))
+    _MEMORY.setdefault("embedder", SentenceTransformerEmbedder())
+    return make_policy(name, _MEMORY["backbone"], embedder=_MEMORY["embedder"], db_path=TMP / path / "m.sqlite",
+                       agent={"action_mode": "generate", "generation": {"max_new_tokens": 2}})
+
+
+def _fill(policy: Any, n: int) -> None:
+    for i in range(n):
+        policy.trajectories.add(task_id=f"t{i}", family="f", instruction=f"task {i}", steps=[], success=bool(i % 2),
+                                score=None, embedding=np.eye(policy.memory.embedder.dim, dtype=np.float32)[i],
+                                iteration=0)
+
+
+def _snapshot_fault(damage: Callable[[Path], None], other_design: bool = False) -> str:
+    key = f"{damage.__name__}{other_design}"
+    live = _policy(path=f"live_{key}")
+    _fill(live, 25)
+    source = _policy("anti_persistence", f"src_{key}") if other_design else live
+    if other_design:
+        _fill(source, 3)
+    snapshot = source.save_state(TMP / f"snap_{key}")
+    damage(snapshot / "memory.sqlite")
+    try:
+        live.load_state(snapshot)
+    except APGymError as e:
+        if len(live.trajectories) != 25:
+            return "data loss|the live memory changed"
+        live.close()
+        return f"clear error|{type(e).__name__}: {str(e)[:120]}"
+    return "data loss|a bad snapshot replaced the live memory"
+
+
+def _zeroed(path: Path) -> None:
+    path.write_bytes(b"\0" * 8192)
+
+
+def _newer(path: Path) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+
+
+def _other_dim(path: Path) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value='768' WHERE key='embedding_dim'")
+
+
+def _untouched(path: Path) -> None:
+    pass
+
+
+fault("stores", "zeroed snapshot")(lambda: _snapshot_fault(_zeroed))
+fault("stores", "snapshot of a newer schema")(lambda: _snapshot_fault(_newer))
+fault("stores", "snapshot of another embedder's dimension")(lambda: _snapshot_fault(_other_dim))
+fault("stores", "snapshot of another design")(lambda: _snapshot_fault(_untouched, other_design=True))
+
+
+def _damaged_store(sql: str) -> Callable[[], str]:
+    def run() -> str:
+        from ap_gym.memory import MemoryDB, TrajectoryStore
+
+        path = TMP / f"damaged_{abs(hash(sql))}.sqlite"
+        db = MemoryDB(path, embedding_dim=3)
+        TrajectoryStore(db).add(task_id="t", family="f", instruction="i", steps=[], success=True, score=1.0,
+                                embedding=np.array([1, 0, 0], np.float32), iteration=0)
+        db.close()
+        if sql == "flip":
+            data = bytearray(path.read_bytes())
+            for offset in range(4196, len(data), 997):
+                data[offset] ^= 0xFF
+            path.write_bytes(bytes(data))
+        else:
+            with sqlite3.connect(path) as conn:
+                conn.executescript(sql)
+        before = path.read_bytes()
+        db = MemoryDB(path, embedding_dim=3)
+        store = TrajectoryStore(db)
+        store.get(store.ids())
+        store.nearest(np.array([1, 0, 0], np.float32), 1)
+        db.close()
+        return "handled|still readable" if path.read_bytes() == before or sql != "flip" else "handled|read"
+
+    return run
+
+
+fault("stores", "dropped outcome_log")(_damaged_store("DROP TABLE outcome_log"))
+fault("stores", "meta with other columns")(_damaged_store("DROP TABLE meta; CREATE TABLE meta (k, v)"))
+fault("stores", "dropped column")(_damaged_store("ALTER TABLE trajectories DROP COLUMN mode"))
+fault("stores", "flipped bits on every page")(_damaged_store("flip"))
+
+
+@fault("stores", "index file of another database")
+def _foreign_index() -> str:
+    from ap_gym.memory import MemoryDB, TrajectoryStore
+
+    vecs = {}
+    for name, seed in (("a", 1), ("b", 2)):
+        db = MemoryDB(TMP / f"idx_{name}.sqlite", embedding_dim=16, ann_threshold=20)
+        store = TrajectoryStore(db)
+        rng = np.random.default_rng(seed)
+        vecs[name] = rng.standard_normal((40, 16)).astype(np.float32)
+        vecs[name] /= np.linalg.norm(vecs[name], axis=1, keepdims=True)
+        for v in vecs[name]:
+            store.add(task_id="t", family="f", instruction="i", steps=[], success=True, score=1.0, embedding=v,
+                      iteration=0)
+        store.nearest(vecs[name][0], 1)
+        db.close()
+    for suffix in (".trajectories.faiss", ".trajectories.faiss.json"):
+        shutil.copyfile(f"{TMP / 'idx_a.sqlite'}{suffix}", f"{TMP / 'idx_b.sqlite'}{suffix}")
+    db = MemoryDB(TMP / "idx_b.sqlite", readonly=True, embedding_dim=16, ann_threshold=20)
+    hits = TrajectoryStore(db).nearest(vecs["b"][5], 1)
+    db.close()
+    return "handled|rebuilt from its own rows" if hits[0][0] == 6 else "data loss|searched another database's index"
+
+
+# ------------------------------------------------------------------ results
+@fault("results", "a damaged line in the middle of episodes.jsonl")
+def _damaged_line() -> str:
+    from ap_gym.protocol.results import EpisodeLine, EpisodeLog, load_episodes
+    from ap_gym.types import Episode, Termination
+
+    directory = TMP / "run" / "b" / "p" / "seed0"
+    directory.mkdir(parents=True)
+    log = EpisodeLog(directory / "episodes.jsonl")
+    for i in range(5):
+        ep = Episode(task_id=f"t{i}", task_family="f", instruction="", initial_observation="", steps=(),
+                     success=False, score=None, max_score=None, termination=Termination.LOST, seed=0)
+        log.append(EpisodeLine("eval", 0, i, "b", "p", 0, 1, ep.to_dict()))
+    lines = (directory / "episodes.jsonl").read_text().splitlines()
+    lines[2] = lines[2][:30]
+    (directory / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+    kept = [x["index"] for x in load_episodes(TMP / "run")]
+    EpisodeLog(directory / "episodes.jsonl")  # as a resume opens it
+    again = [x["index"] for x in load_episodes(TMP / "run")]
+    return "handled|valid lines kept" if kept == again == [0, 1, 3, 4] else f"data loss|kept {kept} then {again}"
+
+
+# ---------------------------------------------------------------- backbones
+class _BadServer:
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        try:
+            conn.recv(65536)
+            if self.mode == "drip":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+                for _ in range(100):
+                    conn.sendall(b" ")
+                    time.sleep(1)
+            elif self.mode == "garbage":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nnot json!")
+            else:
+                time.sleep(120)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+
+def _backbone_fault(mode: str, at_start: bool = False) -> Callable[[], str]:
+    def run() -> str:
+        from ap_gym.backbones import OpenAIBackbone
+
+        server = _BadServer(mode)
+        if at_start:
+            OpenAIBackbone(server.url, check_deadline_s=1.0)
+        else:
+            OpenAIBackbone(server.url, model="m", deadline_s=1.0, retries=1, backoff_s=0.01).generate(
+                [{"role": "user", "content": "hi"}])
+        return "crash|no error"
+
+    return run
+
+
+fault("backbones", "a server that sends one byte a second", 30)(_backbone_fault("drip"))
+fault("backbones", "a silent server", 30)(_backbone_fault("silent"))
+fault("backbones", "a server that answers garbage", 30)(_backbone_fault("garbage"))
+fault("backbones", "a hanging /models at start", 30)(_backbone_fault("silent", at_start=True))
+
+
+@fault("backbones", "an unreachable server")
+def _unreachable() -> str:
+    from ap_gym.backbones import OpenAIBackbone
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    OpenAIBackbone(f"http://127.0.0.1:{port}/v1", model="m", retries=1, backoff_s=0.01).generate(
+        [{"role": "user", "content": "hi"}])
+    return "crash|no error"
+
+
+# -------------------------------------------------------------------- server
+def _serve() -> str:
+    if "server" not in _MEMORY:
+        from ap_gym.backbones import make_backbone
+        from ap_gym.backbones.server import BackboneServer
+
+        _MEMORY["server"] = BackboneServer(make_backbone("tiny"), port=0, max_tokens_cap=64, body_timeout_s=2).start()
+    return _MEMORY["server"].url
+
+
+_MSGS = [{"role": "user", "content": "go north"}]
+for _name, _body in [
+    ("a list body", ["x"]), ("a string body", "x"), ("a message without content", {"messages": [{"role": "user"}]}),
+    ("seed: abc", {"messages": _MSGS, "seed": "abc"}), ("max_tokens 0", {"messages": _MSGS, "max_tokens": 0}),
+    ("max_tokens -5", {"messages": _MSGS, "max_tokens": -5}), ("max_tokens 8000", {"messages": _MSGS, "max_tokens": 8000}),
+    ("no messages", {"messages": []}), ("temperature -1", {"messages": _MSGS, "temperature": -1}),
+    ("an unknown role", {"messages": [{"role": "wizard", "content": "x"}]}),
+]:
+    def _bad_request(body: Any = _body) -> str:
+        response = httpx.post(_serve() + "/chat/completions", json=body, timeout=30)
+        if 400 <= response.status_code < 500:
+            return f"clear error|HTTP {response.status_code}: {response.json()['error']['message'][:80]}"
+        return f"crash|HTTP {response.status_code}"
+
+    fault("server", _name)(_bad_request)
+
+
+@fault("server", "Content-Length larger than the body", 30)
+def _short_body() -> str:
+    host, port = _serve().split("//")[1].split("/")[0].split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{")
+        answer = s.recv(4096)
+    status = answer.split(b"\r\n")[0].decode()
+    return f"clear error|{status}" if answer.startswith(b"HTTP/1.1 408") else f"crash|{status or 'no answer'}"
+
+
+# ---------------------------------------------------------------------- envs
+for _name, _bad in [("a string score", "10"), ("a NaN score", float("nan")), ("an infinite score", float("inf"))]:
+    def _bad_score(bad: Any = _bad) -> str:
+        import ap_gym
+        from ap_gym.envs import StartResult, StepResult, TextEnv
+        from ap_gym.policies import RandomPolicy
+
+        class Broken(TextEnv):
+            def _task_ids(self, split: str) -> list[str]:
+                return ["x/1"]
+
+            def task_family(self, task_id: str) -> str:
+                return "x"
+
+            def _start(self, task_id: str, options: Any) -> StartResult:
+                return StartResult("start", "do it", 0.0, 1.0, ["wait"])
+
+            def _advance(self, action: str) -> StepResult:
+                return StepResult("ok", bad, admissible_commands=["wait"])
+
+        ep = ap_gym.run_episode(Broken(), RandomPolicy(seed=0), task_id="x/1", max_steps=3)
+        ok = ep.termination.value == "infrastructure_failure" and "finite" in (ep.error or "")
+        return "handled|an infrastructure failure" if ok else f"crash|{ep.termination.value}"
+
+    fault("envs", _name)(_bad_score)
+
+
+def _jvm_fault(how: str) -> str:
+    import os
+    import signal
+
+    import gymnasium as gym
+
+    import ap_gym
+
+    env = gym.make("ap_gym/ScienceWorld-v0", split="test", engine_timeout_s=3)
+    try:
+        task = env.unwrapped.task_ids("test")[0]
+        env.reset(options={"task_id": task})
+        pid = env.unwrapped._engine._gateway.java_process.pid
+        os.kill(pid, signal.SIGSTOP if how == "stopped" else signal.SIGKILL)
+        try:
+            env.step("look around")
+        except ap_gym.EnvInfrastructureError:
+            env.reset(options={"task_id": task})
+            return "handled|EnvInfrastructureError, then a new JVM"
+        return "crash|the step returned"
+    finally:
+        env.close()
+
+
+fault("envs", "a killed ScienceWorld JVM", 120)(lambda: _jvm_fault("killed"))
+fault("envs", "a stopped (hung) ScienceWorld JVM", 120)(lambda: _jvm_fault("stopped"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="one category (configs, stores, results, backbones, server, envs)")
+    parser.add_argument("--json", help="also write every outcome here")
+    args = parser.parse_args()
+    outcomes = [attempt(c, n, fn, limit) for c, n, fn, limit in FAULTS if not args.only or c == args.only]
+    for o in outcomes:
+        print(f"{o.category:9} {o.outcome:11} {o.seconds:5.1f}s  {o.name}: {o.detail}")
+    tally = Counter(o.outcome for o in outcomes)
+    print(f"\ntried {len(outcomes)}: handled {tally['handled']}, clear error {tally['clear error']}, "
+          f"crash {tally['crash']}, hang {tally['hang']}, data loss {tally['data loss']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps([o.__dict__ for o in outcomes], indent=1))
+    if "server" in _MEMORY:
+        _MEMORY["server"].stop()
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
