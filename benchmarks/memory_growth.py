@@ -1,0 +1,60 @@
+"""Memory over many resets: ALFWorld's process and ScienceWorld's JVM.
+
+Resets one env ``--resets`` times over its held-out tasks (a step each) and prints the
+resident memory every ``--every`` resets: the Python process's for ALFWorld (its engine
+runs in-process), the JVM's for ScienceWorld (with and without recycling the JVM, which
+``recycle_every`` does).
+
+    python benchmarks/memory_growth.py [--resets 100] [--every 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import gymnasium as gym
+
+import ap_gym  # noqa: F401
+
+
+def rss_mb(pid: int | str = "self") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def grow(env_id: str, resets: int, every: int, measure: str, **kwargs: object) -> list[tuple[int, float]]:
+    env = gym.make(env_id, split="test", **kwargs)
+    tasks = env.unwrapped.task_ids("test")[:5]  # growth is per reset, not per game
+    points = []
+    try:
+        for i in range(1, resets + 1):
+            env.reset(options={"task_id": tasks[i % len(tasks)]})
+            env.step("look around" if "Science" in env_id else "look")
+            if i == 1 or i % every == 0:
+                pid = env.unwrapped._engine._gateway.java_process.pid if measure == "jvm" else "self"
+                points.append((i, rss_mb(pid)))
+    finally:
+        env.close()
+    return points
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--resets", type=int, default=100)
+    parser.add_argument("--every", type=int, default=25)
+    args = parser.parse_args()
+    runs = [("ALFWorld, this process", "ap_gym/ALFWorld-v0", "self", {}),
+            ("ScienceWorld JVM, never recycled", "ap_gym/ScienceWorld-v0", "jvm", {"recycle_every": 0}),
+            ("ScienceWorld JVM, recycled every 50", "ap_gym/ScienceWorld-v0", "jvm", {"recycle_every": 50})]
+    for name, env_id, measure, kwargs in runs:
+        points = grow(env_id, args.resets, args.every, measure, **kwargs)
+        first, last = points[0][1], points[-1][1]
+        print(f"{name}: " + ", ".join(f"{i}: {mb:.0f} MB" for i, mb in points)
+              + f"  (growth {last - first:+.0f} MB over {points[-1][0] - points[0][0]} resets)")
+
+
+if __name__ == "__main__":
+    main()
