@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
