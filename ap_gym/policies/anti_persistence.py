@@ -7,7 +7,7 @@ Per task (``../shared/spec/anti-persistence.md`` is the specification):
    ``none``, ``imitation``, ``strategic`` or ``corrective``;
 3. retrieve records by task similarity, budget B = 5: ``none`` takes the most similar
    whatever their outcome; ``imitation`` and ``strategic`` take successes;
-   ``corrective`` takes failures plus at most one success for contrast. When the
+   ``corrective`` takes B failures plus at most one success for contrast. When the
    records a mode needs are missing, synthesis is skipped (cost 0) and the agent acts
    without guidance; ``corrective`` never falls back to another mode;
 4. synthesise guidance with one LLM call (``none``: no call; the records themselves,
@@ -99,11 +99,9 @@ class AntiPersistenceDesign:
             hits = memory.retrieve_records(vec, budget)
         elif mode in ("imitation", "strategic"):
             hits = memory.retrieve_records(vec, budget, success=True)
-        else:
-            failures = memory.retrieve_records(vec, budget - 1 if budget > 1 else 1, success=False)
+        else:  # the spec: B failures, plus one success for contrast when there is one
+            failures = memory.retrieve_records(vec, budget, success=False)
             contrast = memory.retrieve_records(vec, 1, success=True) if failures else []
-            if not contrast:
-                failures = memory.retrieve_records(vec, budget, success=False)
             hits = failures + contrast
         records = [r for r, _ in hits]
         text, calls, skipped = "", 0, False

@@ -268,3 +268,14 @@ def test_a_snapshot_of_another_design_is_refused(tiny_backbone, embedder, tmp_pa
     trajectory = make("trajectory", tiny_backbone, embedder, tmp_path)
     with pytest.raises(StoreError, match="snapshot of 'anti_persistence', not of 'trajectory'"):
         trajectory.load_state(snapshot)
+
+
+def test_corrective_mode_takes_b_failures_and_one_success(tiny_backbone, embedder, tmp_path):
+    policy = make("anti_persistence", tiny_backbone, embedder, tmp_path, fixed_mode="corrective")
+    vec = embedder.embed(["Count to three in room 1.\nYou see a counter at 0."])[0]
+    for i in range(7):
+        policy.trajectories.add(task_id=f"c/{i}", family="c", instruction=f"Count in room {i}.", steps=[],
+                                success=i == 0, score=None, embedding=vec, iteration=0)
+    ep = ap_gym.run_episode(Tasks(), policy.eval(), task_id="c/7", max_steps=1)
+    records = policy.trajectories.get(ep.policy_info["retrieved_records"])
+    assert sum(not r.success for r in records) == 5 and sum(r.success for r in records) == 1
