@@ -39,6 +39,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ap_gym.backbones.base import GenerationConfig
+from ap_gym.backbones.hf import ISOLATED
 
 __all__ = ["BackboneServer", "build_app", "serve"]
 
@@ -248,7 +249,8 @@ def build_app(backbone: Any, model_name: str, *, embedder: Any = None, api_key: 
         config = body.generation(256)
         check_tokens(config.max_new_tokens)
         messages = [m.model_dump() for m in body.messages]
-        completion = backbone.generate(messages, config, session=body.user,
+        # no session named: a cache of its own, shared with no other request
+        completion = backbone.generate(messages, config, session=body.user or ISOLATED,
                                        deadline=time.monotonic() + request_timeout_s)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),

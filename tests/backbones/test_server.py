@@ -108,3 +108,12 @@ def test_a_body_that_never_arrives_is_answered_408(tiny_backbone):
         assert httpx.get(slow.url + "/models").status_code == 200  # the server goes on
     finally:
         slow.stop()
+
+
+def test_requests_without_a_session_share_no_cache(server, tiny_backbone):
+    config = {"messages": MSGS, "max_tokens": 6}
+    alone = tiny_backbone.generate(MSGS, GenerationConfig(max_new_tokens=6)).text
+    before = dict(tiny_backbone.stats)
+    for _ in range(2):
+        assert post(server, "/chat/completions", config).json()["choices"][0]["message"]["content"] == alone
+    assert tiny_backbone.stats["reused_tokens"] == before["reused_tokens"]  # each computed its prompt whole
