@@ -69,15 +69,11 @@ class TransformersBackbone:
     """Any Hugging Face causal LM: a hub id, a local directory, a GGUF file, or objects.
 
     Args:
-        model: ``None`` for the packaged SmolLM2-135M-Instruct; a model id or directory;
-            a path to a ``.gguf`` file; or an already built ``PreTrainedModel``.
-        tokenizer: needed when ``model`` is an object; loaded with the model otherwise.
-        device: ``"cuda"`` when available, else ``"cpu"``, unless given.
-        dtype: float32 on CPU (bf16 there drifts enough to flip close choices), bfloat16
-            on CUDA, unless given (``"float32"``, ``"bfloat16"``, ``"float16"``).
+        model, tokenizer, device, dtype, identity: as for
+            :func:`~ap_gym.backbones.loading.load_model` (default: the packaged SmolLM2,
+            fp32 on CPU, bf16 on CUDA).
         reuse_cache: keep the last prompt's KV cache and prefill only what is new.
         max_context: prompt token limit; longer prompts keep their head and tail.
-        identity: the name saved with results (defaults to the model's path or id).
     """
 
     def __init__(
@@ -381,7 +377,7 @@ class TransformersBackbone:
                 piece = prefix[start:start + chunk]
                 logp = torch.log_softmax(self._forward(piece, cache).logits[0].float(), -1)
                 targets = prefix[start + 1:start + 1 + len(piece)]
-                head += [float(logp[j, t]) for j, t in enumerate(targets)]
+                head += logp[torch.arange(len(targets)), torch.tensor(targets, dtype=torch.long)].tolist()
                 last = logp[-1]
         for k, suffix in zip(members, suffixes, strict=True):
             first = [] if last is None else [float(last[suffix[0]])]
