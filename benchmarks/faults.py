@@ -18,6 +18,7 @@ Target: 0 crashes, 0 hangs, 0 data loss.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import socket
@@ -421,9 +422,102 @@ fault("envs", "a killed ScienceWorld JVM", 120)(lambda: _jvm_fault("killed"))
 fault("envs", "a stopped (hung) ScienceWorld JVM", 120)(lambda: _jvm_fault("stopped"))
 
 
+def _alf_engine_fault(how: str) -> str:
+    import os
+    import signal
+
+    import gymnasium as gym
+
+    import ap_gym
+
+    env = gym.make("ap_gym/ALFWorld-v0", split="test", engine_timeout_s=3)
+    try:
+        task = env.unwrapped.task_ids("test")[0]
+        env.reset(options={"task_id": task})
+        os.kill(env.unwrapped._engine.pid, signal.SIGSTOP if how == "stopped" else signal.SIGKILL)
+        try:
+            env.step("look")
+        except ap_gym.EnvInfrastructureError:
+            env.reset(options={"task_id": task})
+            env.step("look")
+            return "handled|EnvInfrastructureError, then a new engine process"
+        return "crash|the step returned"
+    finally:
+        env.close()
+
+
+fault("envs", "a killed ALFWorld engine (native crash)", 120)(lambda: _alf_engine_fault("killed"))
+fault("envs", "a stopped (hung) ALFWorld engine", 120)(lambda: _alf_engine_fault("stopped"))
+
+
+# ------------------------------------------------------------------ runs killed and resumed
+def _children(pid: int) -> set[int]:
+    """Every live descendant of ``pid``."""
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        with contextlib.suppress(OSError):
+            for child in Path(f"/proc/{p}/task/{p}/children").read_text().split():
+                found.add(int(child))
+                todo.append(int(child))
+    return found
+
+
+def _kill_and_resume(sig: int, workers: int) -> str:
+    """A CLI run killed with ``sig`` after its first held-out episodes, then resumed: the
+    summary must equal an uninterrupted run's, and no process of the killed run may live on."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from ap_gym.protocol import RunConfig, run
+
+    base = TMP / f"kill_{sig}_{workers}"
+    agent = {"agent": {"action_mode": "generate", "generation": {"max_new_tokens": 3}},
+             "memory": {"synthesis": {"max_new_tokens": 6}}}
+    data = {"name": "k", "benchmarks": ["textworld"], "backbone": "tiny", "out": str(base / "killed"),
+            "policies": [{"name": "anti_persistence", "options": agent}], "seeds": [0], "iterations": 2,
+            "train_per_iter": 3, "heldout": 3, "max_steps": 3, "workers": workers}
+    base.mkdir(parents=True)
+    (base / "cfg.yaml").write_text(yaml.safe_dump(data))
+    cmd = [sys.executable, "-m", "ap_gym.cli", "run", str(base / "cfg.yaml")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    episodes = base / "killed/k/textworld/anti_persistence/seed0/episodes.jsonl"
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if episodes.exists() and sum('"eval"' in x for x in episodes.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    if proc.poll() is not None:
+        return "crash|the run ended before the kill point"
+    descendants = _children(proc.pid)
+    os.kill(proc.pid, sig)
+    proc.wait(60)
+    time.sleep(2)
+    alive = {p for p in descendants if Path(f"/proc/{p}").exists()
+             and "zombie" not in Path(f"/proc/{p}/status").read_text().lower()}
+    if alive:
+        return f"crash|{len(alive)} process(es) of the killed run still alive"
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    resumed = json.loads((base / "killed/k/summary.json").read_text())
+    clean = run(RunConfig.from_dict({**data, "out": str(base / "clean")}), progress=False)
+    if resumed != json.loads((clean / "summary.json").read_text()):
+        return "data loss|the resumed summary differs from an uninterrupted run's"
+    return f"handled|resumed to the uninterrupted run's summary; {len(descendants)} child process(es) ended with it"
+
+
+for _sig, _signame in ((9, "SIGKILL"), (15, "SIGTERM"), (2, "SIGINT")):
+    for _workers in (1, 2):
+        fault("runs", f"driver {_signame} mid-run, workers: {_workers}, then resume", 600)(
+            lambda s=_sig, w=_workers: _kill_and_resume(s, w))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="one category (configs, stores, results, backbones, server, envs)")
+    parser.add_argument("--only", help="one category (configs, stores, results, backbones, server, envs, runs)")
     parser.add_argument("--json", help="also write every outcome here")
     args = parser.parse_args()
     outcomes = [attempt(c, n, fn, limit) for c, n, fn, limit in FAULTS if not args.only or c == args.only]

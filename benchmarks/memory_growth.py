@@ -1,11 +1,12 @@
 """Memory over many resets: ALFWorld's process and ScienceWorld's JVM.
 
 Resets one env ``--resets`` times over its held-out tasks (a step each) and prints the
-resident memory every ``--every`` resets: the Python process's for ALFWorld (its engine
-runs in-process), the JVM's for ScienceWorld (with and without recycling the JVM, which
-``recycle_every`` does).
+resident memory every ``--every`` resets: this process plus ALFWorld's engine process
+(the engine leaks natively; ``recycle_every`` replaces its process), and ScienceWorld's
+JVM (``recycle_every`` replaces the JVM). Each engine is measured never recycled and
+recycled at its default.
 
-    python benchmarks/memory_growth.py [--resets 100] [--every 25]
+    python benchmarks/memory_growth.py [--resets 100] [--every 25] [--only alfworld|scienceworld]
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ def grow(env_id: str, resets: int, every: int, measure: str, **kwargs: object) -
             env.reset(options={"task_id": tasks[i % len(tasks)]})
             env.step("look around" if "Science" in env_id else "look")
             if i == 1 or i % every == 0:
-                pid = env.unwrapped._engine._gateway.java_process.pid if measure == "jvm" else "self"
-                points.append((i, rss_mb(pid)))
+                if measure == "jvm":
+                    mb = rss_mb(env.unwrapped._engine._gateway.java_process.pid)
+                else:  # this process and the engine's
+                    mb = rss_mb("self") + rss_mb(env.unwrapped._engine.pid)
+                points.append((i, mb))
     finally:
         env.close()
     return points
@@ -45,11 +49,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resets", type=int, default=100)
     parser.add_argument("--every", type=int, default=25)
+    parser.add_argument("--only", choices=("alfworld", "scienceworld"), help="measure one engine only")
     args = parser.parse_args()
-    runs = [("ALFWorld, this process", "ap_gym/ALFWorld-v0", "self", {}),
+    runs = [("ALFWorld, this process + engine, never recycled", "ap_gym/ALFWorld-v0", "self", {"recycle_every": 0}),
+            ("ALFWorld, this process + engine, recycled every 50", "ap_gym/ALFWorld-v0", "self", {"recycle_every": 50}),
             ("ScienceWorld JVM, never recycled", "ap_gym/ScienceWorld-v0", "jvm", {"recycle_every": 0}),
             ("ScienceWorld JVM, recycled every 50", "ap_gym/ScienceWorld-v0", "jvm", {"recycle_every": 50})]
     for name, env_id, measure, kwargs in runs:
+        if args.only and args.only not in env_id.lower():
+            continue
         points = grow(env_id, args.resets, args.every, measure, **kwargs)
         first, last = points[0][1], points[-1][1]
         print(f"{name}: " + ", ".join(f"{i}: {mb:.0f} MB" for i, mb in points)

@@ -19,12 +19,15 @@ on; ``task_family`` is the task type; success is ALFWorld's ``won`` (there is no
 only the 50-step limit ends a failing episode). The engine speaks ``move X to Y``;
 ``gym.make`` adds :class:`~ap_gym.wrappers.PutToMove` (registered as an additional
 wrapper), which accepts the old ``put X in/on Y`` and rewrites it.
+The engine runs in a process of its own (:mod:`ap_gym.envs.engine_process`), replaced every
+``recycle_every`` resets: it leaks native memory that only the end of its process frees.
 Reset option ``walkthrough=True`` gives the expert plan (the planner's) in
 ``info["walkthrough"]``, so :class:`~ap_gym.policies.WalkthroughPolicy` is the expert.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -35,7 +38,7 @@ from typing import Any
 
 from ap_gym.envs.alfworld_gen import TASK_TYPES, AlfGameSpec, ensure_alfworld_game, scenes
 from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
-from ap_gym.envs.textworld import TextWorldEngine
+from ap_gym.envs.engine_process import EngineProcess
 from ap_gym.errors import EnvInfrastructureError
 
 __all__ = ["HELDOUT_COUNTS", "TRAIN_COUNTS", "ALFWorldEnv", "alfworld_suite"]
@@ -93,7 +96,7 @@ def _official(data: Path, seed: int) -> dict[str, dict[str, Path]] | None:
     return {"train": {k: train[k] for k in sorted(keys[:180])}, "test": games("valid_unseen")}
 
 
-class ALFWorldEnv(TextWorldEngine, TextEnv):
+class ALFWorldEnv(TextEnv):
     """ALFWorld behind the ap-gym text contract; see the module docstring.
 
     Args:
@@ -101,13 +104,22 @@ class ALFWorldEnv(TextWorldEngine, TextEnv):
         data: the official data folder; default ``$ALFWORLD_DATA`` when it holds
             ``json_2.1.1``, else the generated suite.
         split_seed: fixes the unseen scenes (generated) or the training sample (official).
+        engine_timeout_s: the longest one engine call may take before its process is killed.
+        recycle_every: start a new engine process after this many resets. The engine
+            leaks native memory (~1.4 MB per reset, in fast-downward) that only the end of
+            its process returns; 0 never recycles.
     """
 
     benchmark = "alfworld"
 
     def __init__(self, *, split: str = "train", data: str | Path | None = None, split_seed: int = SPLIT_SEED,
-                 admissible_commands: bool = True, render_mode: str | None = None) -> None:
+                 admissible_commands: bool = True, render_mode: str | None = None,
+                 engine_timeout_s: float = 120.0, recycle_every: int = 50) -> None:
         super().__init__(split=split, admissible_commands=admissible_commands, render_mode=render_mode)
+        if recycle_every < 0 or engine_timeout_s <= 0:
+            raise ValueError("recycle_every must be >= 0 and engine_timeout_s > 0")
+        self._engine = EngineProcess(_Engine, name="ALFWorld", timeout_s=engine_timeout_s,
+                                     recycle_every=recycle_every)
         data = data or os.environ.get("ALFWORLD_DATA")
         self._official = _official(Path(data), split_seed) if data else None
         if self._official is not None:
@@ -117,7 +129,6 @@ class ALFWorldEnv(TextWorldEngine, TextEnv):
             suite = alfworld_suite(split_seed)
             self._specs = {g.task_id: g for s in SPLITS for g in suite[s]}
             self._ids = {s: [g.task_id for g in suite[s]] for s in SPLITS}
-        self._tw: Any = None
 
     def _task_ids(self, split: str) -> list[str]:
         return self._ids[split]
@@ -136,39 +147,66 @@ class ALFWorldEnv(TextWorldEngine, TextEnv):
         return ensure_alfworld_game(self._specs[task_id])
 
     def _start(self, task_id: str, options: Mapping[str, Any]) -> StartResult:
-        import textworld
-        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
-
         path = self.game_path(task_id)
         walkthrough_file = path.parent / "walkthrough.json"
         want_plan = bool(options.get("walkthrough")) and not walkthrough_file.exists()
-        self._close_tw()
-        infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=want_plan)
+        self._engine.new_game()
         try:
-            self._tw = textworld.start(str(path), infos, wrappers=[AlfredDemangler(), AlfredInfos()])
-            state = self._tw.reset()
-        except Exception as e:
-            self._close_tw()
+            state = self._engine.call("start", str(path), want_plan)
+        except EnvInfrastructureError as e:
             raise EnvInfrastructureError(f"ALFWorld could not start {path}: {e}") from e
-        feedback = state.feedback or ""
+        feedback = state["feedback"]
         instruction = feedback.split("Your task is to:")[-1].strip() if "Your task is to:" in feedback else ""
         extra: dict[str, Any] = {}
         if options.get("walkthrough"):
             extra["walkthrough"] = (json.loads(walkthrough_file.read_text()) if walkthrough_file.exists()
-                                    else list(state["policy_commands"] or []))
+                                    else state["plan"])
         return StartResult(feedback, instruction, 0.0, 1.0, self._admissible_of(state), extra)
 
-    def _admissible_of(self, state: Any) -> list[str] | None:
-        return list(state["admissible_commands"] or []) if self._admissible else None
+    def _admissible_of(self, state: Mapping[str, Any]) -> list[str] | None:
+        return state["admissible"] if self._admissible else None
 
     def _advance(self, action: str) -> StepResult:
         try:
-            state, _, _ = self._tw.step(action)
-        except Exception as e:
-            self._close_tw()
+            state = self._engine.call("step", action)
+        except EnvInfrastructureError as e:
             self._abandon()
             raise EnvInfrastructureError(f"ALFWorld's engine failed on {action!r} ({e}); call reset()") from e
-        won = bool(state["won"])
-        return StepResult(state.feedback or "", 1.0 if won else 0.0, won=won, lost=False,
+        won = state["won"]
+        return StepResult(state["feedback"], 1.0 if won else 0.0, won=won, lost=False,
                           admissible_commands=self._admissible_of(state))
 
+    def close(self) -> None:
+        self._engine.close()
+        super().close()
+
+
+class _Engine:
+    """ALFWorld's TextWorld engine, in the engine process (:class:`EngineProcess`)."""
+
+    def __init__(self) -> None:
+        self._tw: Any = None
+
+    def start(self, path: str, want_plan: bool) -> dict[str, Any]:
+        import textworld
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+
+        self.close()
+        infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=want_plan)
+        self._tw = textworld.start(path, infos, wrappers=[AlfredDemangler(), AlfredInfos()])
+        state = self._tw.reset()
+        return {"feedback": state.feedback or "", "admissible": list(state["admissible_commands"] or []),
+                "plan": list(state["policy_commands"] or []) if want_plan else []}
+
+    def step(self, action: str) -> dict[str, Any]:
+        if self._tw is None:
+            raise RuntimeError("no game started")
+        state, _, _ = self._tw.step(action)
+        return {"feedback": state.feedback or "", "won": bool(state["won"]),
+                "admissible": list(state["admissible_commands"] or [])}
+
+    def close(self) -> None:
+        tw, self._tw = self._tw, None
+        if tw is not None:
+            with contextlib.suppress(Exception):
+                tw.close()

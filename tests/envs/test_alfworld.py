@@ -95,3 +95,55 @@ def test_official_data_layout_is_used_when_present(tmp_path):
     assert task == "pick_and_place_simple-Mug-None-Desk-301/trial_T1" and env.task_family(task) == "pick_and_place_simple"
     ep = ap_gym.run_episode(env, WalkthroughPolicy(), task_id=task)  # plan from the planner
     assert ep.success
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def test_engine_runs_in_its_own_process_and_is_recycled():
+    """The engine's native leak (~1.4 MB per reset) ends with its process: recycling every
+    3 resets starts a new engine, and this process does not grow with the resets."""
+    env = ALFWorldEnv(split="test", recycle_every=3)
+    task = env.task_ids("test")[0]
+    try:
+        env.reset(options={"task_id": task})
+        first, before = env._engine.pid, rss_mb("self")
+        assert first is not None and first != __import__("os").getpid()
+        pids = set()
+        for _ in range(6):
+            env.reset(options={"task_id": task})
+            env.step("look")
+            pids.add(env._engine.pid)
+        assert env._engine.started == 3 and len(pids | {first}) == 3  # resets 1-3, 4-6, 7
+        assert rss_mb("self") - before < 20
+    finally:
+        env.close()
+    assert env._engine.pid is None
+
+
+def test_a_crashed_or_hung_engine_is_an_infrastructure_error_and_reset_recovers():
+    import os
+    import signal
+
+    from ap_gym.errors import EnvInfrastructureError
+
+    env = ALFWorldEnv(split="test", engine_timeout_s=3)
+    task = env.task_ids("test")[0]
+    try:
+        env.reset(options={"task_id": task})
+        os.kill(env._engine.pid, signal.SIGKILL)  # a native crash
+        with pytest.raises(EnvInfrastructureError, match="died.*reset"):
+            env.step("look")
+        with pytest.raises(Exception, match="reset"):
+            env.step("look")  # the episode is gone, not silently continued
+        env.reset(options={"task_id": task})
+        os.kill(env._engine.pid, signal.SIGSTOP)  # a hang
+        with pytest.raises(EnvInfrastructureError, match="within 3 s"):
+            env.step("look")
+        obs, info = env.reset(options={"task_id": task})
+        assert "Your task is to" in obs
+        assert env.step("look")[0]
+    finally:
+        env.close()
