@@ -13,6 +13,8 @@ Optional abilities are small runtime-checkable protocols, checked with ``isinsta
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -50,6 +52,20 @@ class GenerationConfig:
     def to_dict(self) -> dict[str, Any]:
         return {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature,
                 "top_p": self.top_p, "stop": list(self.stop), "seed": self.seed}
+
+    def seeded(self, run_seed: int | None, *keys: object) -> GenerationConfig:
+        """This config with a sampling seed derived from the run's seed and ``keys`` (the
+        task, the step, the prompt), when it samples and names no seed of its own.
+
+        Why: with ``temperature > 0`` the run's seed must reach sampling, or three seeds
+        are three draws of nobody's choosing; derived per call, so a call's sample does
+        not depend on which calls ran before it (resume, workers). Greedy configs and
+        configs with their own seed are returned as they are.
+        """
+        if self.greedy or self.seed is not None or run_seed is None:
+            return self
+        digest = hashlib.sha256("|".join(map(str, (run_seed, *keys))).encode()).digest()
+        return dataclasses.replace(self, seed=int.from_bytes(digest[:4], "big") & 0x7FFFFFFF)
 
     @classmethod
     def coerce(cls, value: GenerationConfig | Mapping[str, Any]) -> GenerationConfig:

@@ -129,6 +129,8 @@ class ALFWorldEnv(TextEnv):
             suite = alfworld_suite(split_seed)
             self._specs = {g.task_id: g for s in SPLITS for g in suite[s]}
             self._ids = {s: [g.task_id for g in suite[s]] for s in SPLITS}
+            self.stand_in = ("ALFWorld games generated offline from the alfworld package's domain and scenes "
+                             "(not the official game files; set ALFWORLD_DATA for those)")
 
     def _task_ids(self, split: str) -> list[str]:
         return self._ids[split]

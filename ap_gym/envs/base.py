@@ -127,6 +127,9 @@ class TextEnv(gym.Env[str, str]):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}
     #: The benchmark's name, used in task listings and errors.
     benchmark: ClassVar[str] = "text"
+    #: What stands in for the published benchmark, when something does (a replica, a
+    #: generated suite); every report table of its results says so. ``None``: the real one.
+    stand_in: str | None = None
 
     def __init__(
         self,

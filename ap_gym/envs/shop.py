@@ -181,6 +181,7 @@ class ShopEnv(TextEnv):
     """
 
     benchmark = "shop"
+    stand_in = "Shop, ap-gym's self-contained stand-in for WebShop (not WebShop: its own catalogue and goals)"
 
     def __init__(self, *, split: str = "train", seed: int = SEED, admissible_commands: bool = True,
                  render_mode: str | None = None) -> None:

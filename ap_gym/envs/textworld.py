@@ -7,8 +7,14 @@ by its challenge settings and seed, generated on first use (3-5 s) and cached un
 user cache directory (``ap-gym games textworld`` makes them all ahead of time). In each
 challenge, every third game by difficulty is held out: 40 training games, 20 held-out.
 
-``tw-simple`` games use ``--goal brief``: with ``detailed`` the first observation spells
-out the whole route, and memory could only interfere.
+The instruction states the goal, never the route. TextWorld's own objectives for
+``tw-coin_collector`` and ``tw-treasure_hunter`` paraphrase the walkthrough step by step
+("First of all, go north. With that done, go west. ...": the instruction would be the
+solution, and memory could only interfere), and ``tw-cooking`` shows one generic line in
+every game. So the default suite's instruction is written from each game's win condition
+and recipe (:func:`goal_of`): "Find the coin and pick it up." for a coin collector, the
+object to hold and the room to hold it in for a treasure hunt, the dish's ingredients
+and directions for cooking. ``tw-simple`` games use ``--goal brief``, already goal-only.
 
 Users add their own games (``.z8``/``.ulx`` made by ``tw-make`` or Inform 7) with
 ``gym.make("ap_gym/TextWorld-v0", games=[...])``: a list of files or a directory serves
@@ -23,6 +29,7 @@ option ``walkthrough=True`` puts the game's walkthrough in ``info["walkthrough"]
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import shutil
@@ -37,7 +44,7 @@ from ap_gym.envs.isolated import isolated
 from ap_gym.errors import EnvInfrastructureError
 from ap_gym.paths import cache_dir
 
-__all__ = ["GameSpec", "TextWorldEnv", "default_suite", "ensure_game", "generate_game"]
+__all__ = ["GameSpec", "TextWorldEnv", "default_suite", "ensure_game", "generate_game", "goal_of"]
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,56 @@ def generate_game(spec: GameSpec) -> Path:
     return game
 
 
+@functools.cache
+def goal_of(game_file: Path, challenge: str) -> str | None:
+    """What a default-suite game asks, without the route (see the module docstring);
+    ``None`` where TextWorld's own objective already says only that (``tw-simple``)."""
+    if challenge not in ("tw-coin_collector", "tw-treasure_hunter", "tw-cooking"):
+        return None
+    import textworld
+
+    game = textworld.Game.load(str(Path(game_file).with_suffix(".json")))
+    if challenge == "tw-cooking":
+        recipe = game.metadata.get("recipe", "")
+        ingredients = _section(recipe, "Ingredients:")
+        directions = _section(recipe, "Directions:")
+        if not ingredients:
+            raise ValueError(f"{game_file}: no recipe in the game's metadata")
+        steps = [d for d in directions if d != "prepare meal"]
+        return (f"Cook the meal of the recipe in the kitchen's cookbook, then eat it. It needs "
+                f"{_listing(ingredients)}" + (f"; {_listing(steps)} first" if steps else "") + ".")
+
+    def name(var: Any) -> str:
+        info = game.infos.get(var.name)
+        return info.name if info is not None and info.name else var.name
+
+    condition = game.quests[0].win_events[0].condition
+    held = [p.arguments[0] for p in condition.preconditions if p.name == "in" and p.arguments[1].name == "I"]
+    rooms = [p.arguments[1] for p in condition.preconditions if p.name == "at" and p.arguments[0].name == "P"]
+    if not held:
+        raise ValueError(f"{game_file}: its win condition holds no object ({condition})")
+    goal = f"Find the {name(held[0])} and pick it up"
+    return goal + (f", and be in the {name(rooms[0])} with it." if rooms else ".")
+
+
+def _section(text: str, title: str) -> list[str]:
+    lines = text.split(title, 1)[1].splitlines() if title in text else []
+    out = []
+    for line in lines[1:] if lines and not lines[0].strip() else lines:
+        if not line.strip():
+            if out:
+                break
+            continue
+        if line.strip().endswith(":"):
+            break
+        out.append(line.strip())
+    return out
+
+
+def _listing(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def _user_games(games: str | Path | Sequence[str | Path] | Mapping[str, Iterable[str | Path]]) -> dict[str, dict[str, Path]]:
     def collect(items: str | Path | Iterable[str | Path]) -> dict[str, Path]:
         paths: list[Path] = []
@@ -215,6 +272,7 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
     """
 
     benchmark = "textworld"
+    stand_in = "TextWorld: ap-gym's own benchmark, not one of the paper's (never in its tables)"
 
     def __init__(
         self,
@@ -283,12 +341,16 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
             extra["walkthrough"] = list(walkthrough)
         return StartResult(
             observation=state.feedback or "",
-            instruction=state.get("objective") or "",
+            instruction=self._goal(task_id, path) or state.get("objective") or "",
             score=float(state.get("score") or 0),
             max_score=float(state.get("max_score") or 0) or None,
             admissible_commands=self._admissible_from(state),
             extra=extra,
         )
+
+    def _goal(self, task_id: str, path: Path) -> str | None:
+        spec = self._specs.get(task_id)
+        return goal_of(path, spec.challenge) if spec is not None else None
 
     def _advance(self, action: str) -> StepResult:
         try:

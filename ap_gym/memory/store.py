@@ -522,6 +522,10 @@ class TrajectoryStore(_Embedded):
             f"SELECT id, embedding FROM trajectories WHERE id IN ({','.join('?' * len(ids))})", list(ids)).fetchall())
         return np.stack([_vec(rows[i]) for i in ids])
 
+    def ids_of_task(self, task_id: str) -> list[int]:
+        """The records of one task (several when training drew it more than once)."""
+        return [r[0] for r in self.db.execute("SELECT id FROM trajectories WHERE task_id=? ORDER BY id", (task_id,))]
+
     def ids(self, success: bool | None = None) -> list[int]:
         if success is None:
             rows = self.db.execute("SELECT id FROM trajectories ORDER BY id")

@@ -57,7 +57,7 @@ class AbstractionDesign:
         if task.in_prompt:
             memory.abstractions.record_use(task.in_prompt, episode.success)
         record = memory.trajectories.get([record_id])[0]
-        text = task.synthesise("synth_abstraction", records=format_record(record, memory.config.record_chars))
+        text = task.synthesise("synth_abstraction", records=format_record(record, memory.config.record_tokens))
         task.keep_abstraction(text, episode, [record_id], task.vec, self.kind)
 
 

@@ -47,7 +47,8 @@ class Synthesiser:
     def synthesise(self, prompt_name: str, purpose: str = "synthesis", **fields: str) -> str:
         """One LLM call with a packaged prompt (``ap_gym/policies/prompts/<name>.txt``)."""
         prompt = load_prompt(prompt_name).format(**fields)
-        completion = self.backbone.generate([{"role": "user", "content": prompt}], self.memory.config.synthesis)
+        config = self.memory.config.synthesis.seeded(self.memory.seed, prompt_name, prompt)
+        completion = self.backbone.generate([{"role": "user", "content": prompt}], config)
         self.meter.record(purpose, completion.prompt_tokens, completion.completion_tokens)
         return completion.text.strip()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -30,7 +31,7 @@ from ap_gym.errors import StoreError
 from ap_gym.memory.store import AbstractionStore, MemoryDB, OutcomeLog, Record, TrajectoryStore
 from ap_gym.types import Episode
 
-__all__ = ["Memory", "MemoryConfig", "format_record"]
+__all__ = ["FAILED_FEEDBACK", "Memory", "MemoryConfig", "count_tokens", "failed_action", "format_record"]
 
 
 @dataclass(frozen=True)
@@ -39,15 +40,22 @@ class MemoryConfig:
 
     Attributes:
         budget: records (or abstractions) retrieved per task: the spec's B = 5.
-        record_chars: each record is cut to this many characters in a prompt.
+        record_tokens: each record is compressed to about this many tokens in a prompt
+            (see :func:`format_record`).
         embed_obs_chars: how much of the first observation joins the instruction in the task embedding.
         synthesis: decoding options for synthesis, reflection and maintenance calls.
+        exclude_same_task: during training, never retrieve records of the task being
+            played. Training draws tasks with replacement from small pools, so retrieval
+            would otherwise often show the task its own earlier attempt (similarity ~1),
+            which held-out tasks never see. Off by default (the paper's protocol); the
+            share of training episodes where it happened is reported either way.
     """
 
     budget: int = 5
-    record_chars: int = 1200
+    record_tokens: int = 400
     embed_obs_chars: int = 300
     synthesis: GenerationConfig = GenerationConfig(max_new_tokens=160)
+    exclude_same_task: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -67,16 +75,90 @@ class MemoryConfig:
         return cls(**options)
 
 
-def format_record(record: Record, max_chars: int = 1200) -> str:
-    """A record as a prompt sees it: task, outcome, commands, last observation."""
+#: Feedback that says an action did nothing, in the benchmarks' own words. These are the
+#: observations corrective synthesis needs most, so compression never drops them.
+FAILED_FEEDBACK = re.compile(
+    r"nothing happens|you can't|you cannot|can't see|don't see|not a verb|didn't understand|don't understand"
+    r"|no known action|not clear how|invalid action|unknown action|not possible|isn't possible|ambiguous request"
+    r"|you need to|that's not|isn't open|not open|no such|not available", re.I)
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    """Words and punctuation marks: a tokenizer-free proxy for a budget (BPE tokenizers
+    give about 1.3 times as many), the same for every backbone so that prompts compare."""
+    return len(_TOKEN.findall(text))
+
+
+def _cut(text: str, tokens: int) -> str:
+    if tokens <= 0:
+        return ""
+    words = text.split()
+    out, used = [], 0
+    for w in words:
+        used += count_tokens(w)
+        if used > tokens:
+            return " ".join(out) + " [...]"
+        out.append(w)
+    return text
+
+
+def failed_action(observation: str) -> bool:
+    """Whether an observation is the feedback of an action that did nothing."""
+    return bool(FAILED_FEEDBACK.search(observation[:300]))
+
+
+def format_record(record: Record, max_tokens: int = 400) -> str:
+    """A record as a prompt sees it: task, outcome, and each command with what it returned.
+
+    A record that fits ``max_tokens`` is shown whole. Otherwise observations are
+    compressed to fit: the feedback of failed actions (see
+    :data:`FAILED_FEEDBACK`) and the final observation are always kept (each up to 60
+    tokens); the other observations share what is left of the budget evenly (up to 60
+    tokens each, none when under 3); if the commands alone still exceed the budget, the middle of the trajectory
+    is elided, never its failed actions or its end.
+    """
     outcome = "success" if record.success else "failure"
     score = "" if record.score is None else f", score {record.score:g}"
-    actions = " > ".join(s["action"] for s in record.steps)
-    last = record.steps[-1]["observation"].strip().replace("\n", " ")[:200] if record.steps else ""
-    text = f"Task: {record.instruction}\nOutcome: {outcome}{score} in {len(record.steps)} steps\nCommands: {actions}"
-    if last:
-        text += f"\nLast observation: {last}"
-    return text if len(text) <= max_chars else text[: max_chars - 5] + " [...]"
+    head = f"Task: {record.instruction}\nOutcome: {outcome}{score} in {len(record.steps)} steps"
+    steps = [(str(s.get("action", "")), " ".join(str(s.get("observation", "")).split())) for s in record.steps]
+    if not steps:
+        return head
+    last = len(steps) - 1
+    kept = {i for i, (_, obs) in enumerate(steps) if failed_action(obs)} | {last}
+
+    def render(other: int, shown: set[int] | None = None, kept_cap: int = 60) -> str:
+        lines, gap = [head, "Trajectory:"], 0
+        for i, (action, obs) in enumerate(steps):
+            if shown is not None and i not in shown:
+                gap += 1
+                continue
+            if gap:
+                lines.append(f"  ... {gap} more step(s) ...")
+                gap = 0
+            text = _cut(obs, kept_cap if i in kept else other)
+            lines.append(f"> {action}" + (f"\n  {text}" if text else ""))
+        return "\n".join(lines)
+
+    whole = render(10**9, kept_cap=10**9)
+    if count_tokens(whole) <= max_tokens:
+        return whole
+    others = len(steps) - len(kept)
+    spare = max_tokens - count_tokens(render(0))
+    if spare >= 0:  # the rest of the budget, shared evenly by the other observations
+        share = min(60, spare // max(1, others))
+        while share >= 3:
+            text = render(share)
+            if count_tokens(text) <= max_tokens:
+                return text
+            share = share * 3 // 4
+        return render(0)
+    # the commands alone are too long: keep the kept steps, then the earliest others that fit
+    shown = set(kept)
+    for i in range(len(steps)):
+        if i not in shown and count_tokens(render(0, shown | {i})) <= max_tokens:
+            shown.add(i)
+    return render(0, shown)
 
 
 class Memory:
@@ -100,6 +182,8 @@ class Memory:
         self.seed = seed
         self.iteration = 0
         self.training = True
+        self.task_id = ""
+        self.same_task_retrieved = 0
         self._tmpdir: str | None = None
         if db_path is None:
             self._tmpdir = tempfile.mkdtemp(prefix="ap_gym_memory_")
@@ -180,15 +264,30 @@ class Memory:
         key = f"{self.seed}|{task_id}|{len(self.outcomes)}|{len(self.trajectories)}"
         return random.Random(int(hashlib.sha256(key.encode()).hexdigest()[:16], 16))
 
+    def begin_task(self, task_id: str) -> None:
+        """The task now played: retrieval notes (and, if configured, excludes) its own records."""
+        self.task_id = task_id
+        self.same_task_retrieved = 0
+
     def retrieve_records(self, vec: np.ndarray, k: int, success: bool | None = None) -> list[tuple[Record, float]]:
-        """The ``k`` records most similar to ``vec`` (only successes or failures if asked)."""
+        """The ``k`` records most similar to ``vec`` (only successes or failures if asked).
+
+        Records of the task being played count in ``same_task_retrieved``; with
+        ``exclude_same_task`` they are left out while training.
+        """
         allowed = None if success is None else self.trajectories.ids(success)
+        if self.config.exclude_same_task and self.training and self.task_id:
+            own = set(self.trajectories.ids_of_task(self.task_id))
+            if own:
+                allowed = [i for i in (allowed if allowed is not None else self.trajectories.ids()) if i not in own]
         hits = self.trajectories.nearest(vec, k, allowed)
         records = {r.id: r for r in self.trajectories.get([i for i, _ in hits])}
-        return [(records[i], s) for i, s in hits if i in records]
+        found = [(records[i], s) for i, s in hits if i in records]
+        self.same_task_retrieved += sum(r.task_id == self.task_id for r, _ in found)
+        return found
 
     def records_text(self, records: Sequence[Record]) -> str:
-        return "\n\n".join(f"[{i + 1}] {format_record(r, self.config.record_chars)}" for i, r in enumerate(records))
+        return "\n\n".join(f"[{i + 1}] {format_record(r, self.config.record_tokens)}" for i, r in enumerate(records))
 
     # -------------------------------------------------------------- writes
     def add_record(self, episode: Episode, vec: np.ndarray, abstraction_ids: Sequence[int]) -> int:

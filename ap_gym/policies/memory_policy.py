@@ -71,7 +71,7 @@ class MemoryPolicy:
     ) -> None:
         if isinstance(admission, str) and admission != "llm":
             raise ValueError("admission must be a callable, 'llm' or None")
-        self.agent = ReActAgent(backbone, agent)
+        self.agent = ReActAgent(backbone, agent, seed)
         self.memory = Memory(embedder, db_path, MemoryConfig.coerce(memory), seed)
         self.design = design
         self.frozen_abstractions = list(frozen_abstractions)
@@ -120,6 +120,7 @@ class MemoryPolicy:
         agent = self.agent
         agent.reset_episode()
         task = self._task = None
+        self.memory.begin_task(str(info.get("task_id", "")))
         try:
             vec = self.memory.embed_task(str(info.get("instruction", "")), observation)
             agent.meter.record_embedding()
@@ -136,6 +137,7 @@ class MemoryPolicy:
         guidance = "\n\n".join(f"## {h}\n{t}" for h, t in blocks if t) or None
         agent.decisions["guidance"] = guidance
         agent.decisions["abstractions_in_prompt"] = list(task.in_prompt) if task is not None else []
+        agent.decisions["same_task_records_retrieved"] = self.memory.same_task_retrieved
         agent.start(observation, info, guidance)
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:

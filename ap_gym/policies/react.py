@@ -145,11 +145,16 @@ class ReActAgent(BasePolicy):
     Args:
         backbone: any :class:`~ap_gym.backbones.base.Backbone`.
         config: an :class:`AgentConfig` (or its options as a mapping).
+        seed: the run's seed; it seeds sampling when a generation config samples
+            (per task and step, see :meth:`GenerationConfig.seeded`).
     """
 
-    def __init__(self, backbone: Backbone, config: AgentConfig | Mapping[str, Any] | None = None) -> None:
+    def __init__(self, backbone: Backbone, config: AgentConfig | Mapping[str, Any] | None = None,
+                 seed: int | None = None) -> None:
         super().__init__()
         self.backbone = backbone
+        self.seed = seed
+        self._task_id = ""
         self.config = AgentConfig.coerce(config)
         self.reset_options = {"admissible_commands": self.config.action_mode == "choose" or self.config.list_admissible}
         self.guidance: str | None = None
@@ -170,6 +175,7 @@ class ReActAgent(BasePolicy):
     def start(self, observation: str, info: Mapping[str, Any], guidance: str | None = None) -> None:
         """Set up the episode's prompt: the instruction and, when given, the guidance block."""
         self.guidance = guidance
+        self._task_id = str(info.get("task_id", ""))
         self.decisions["action_mode"] = self.config.action_mode
         prompt = "acting_react" if self.config.action_mode == "react" else "acting_system"
         system = load_prompt(prompt).format(instruction=info.get("instruction", ""))
@@ -216,13 +222,15 @@ class ReActAgent(BasePolicy):
                 ", ".join(f"{admissible[i]!r}={scores[i]:.3f}" for i in top)
             reply, thought = action, None
         elif self.config.action_mode == "react":
-            completion = self.backbone.generate(messages, self.config.react_generation)
+            completion = self.backbone.generate(
+                messages, self.config.react_generation.seeded(self.seed, self._task_id, len(self._steps)))
             self.meter.record("acting", completion.prompt_tokens, completion.completion_tokens)
             thought, action, failure = parse_react(completion.text, admissible)
             thought, response = thought or None, completion.text
             reply = f"Thought: {thought or ''}\nAction: {action}"  # what later turns see, as ReAct's agents do
         else:
-            completion = self.backbone.generate(messages, self.config.generation)
+            completion = self.backbone.generate(
+                messages, self.config.generation.seeded(self.seed, self._task_id, len(self._steps)))
             self.meter.record("acting", completion.prompt_tokens, completion.completion_tokens)
             action, failure = normalise_action(completion.text, admissible)
             response, reply, thought = completion.text, action, None
@@ -235,9 +243,10 @@ class ReActAgent(BasePolicy):
         return {"agent": self.config.to_dict(), "backbone": self.backbone.describe()}
 
 
-@register_policy("no_memory", needs=("backbone",))
+@register_policy("no_memory", needs=("backbone", "seed"))
 class NoMemory(ReActAgent):
     """The acting agent alone: the no-memory baseline."""
 
-    def __init__(self, backbone: Backbone, agent: AgentConfig | Mapping[str, Any] | None = None) -> None:
-        super().__init__(backbone, agent)
+    def __init__(self, backbone: Backbone, agent: AgentConfig | Mapping[str, Any] | None = None,
+                 seed: int | None = None) -> None:
+        super().__init__(backbone, agent, seed)

@@ -46,7 +46,7 @@ class ReflexionDesign:
             return
         memory = task.memory
         record = memory.trajectories.get([record_id])[0]
-        text = task.synthesise("reflection", "reflection", records=format_record(record, memory.config.record_chars))
+        text = task.synthesise("reflection", "reflection", records=format_record(record, memory.config.record_tokens))
         task.keep_abstraction(text, episode, [record_id], task.vec, "reflection")
 
 

@@ -108,6 +108,9 @@ class RunConfig(BaseModel):
         seeds: one full protocol per seed.
         iterations, train_per_iter: the protocol's rounds and training sample size.
         heldout: evaluate N held-out tasks spread evenly over the split (``None``: all, the paper's).
+        eval_before_training: also evaluate once before the first training iteration
+            (recorded as iteration -1: the untrained policy with empty memory), the
+            curves' starting point.
         max_steps: the step limit (50 in the paper).
         workers: processes (local) or Ray actors (ray) for held-out evaluation; with
             the Ray executor, also how many settings of a grid run at once.
@@ -139,6 +142,7 @@ class RunConfig(BaseModel):
     iterations: int = Field(default=10, ge=1)
     train_per_iter: int = Field(default=50, ge=0)
     heldout: int | None = Field(default=None, ge=1)
+    eval_before_training: bool = False
     max_steps: int = Field(default=50, ge=1)
     workers: int = Field(default=1, ge=1)
     executor: Literal["local", "ray"] = "local"
@@ -240,8 +244,14 @@ class RunConfig(BaseModel):
         return dict(self.backbones) if self.backbones else {None: self.backbone}
 
     def what_it_computes(self) -> dict[str, Any]:
-        """The config without the keys that only say how or where it runs (resume compares this)."""
-        return {k: v for k, v in self.to_dict().items() if k not in EXECUTION_KEYS}
+        """The config without the keys that only say how or where it runs (resume compares this).
+
+        A key added to ap-gym later, left at its default, is left out too: a run started
+        before the key existed resumes under the version that added it.
+        """
+        defaults = {"eval_before_training": False}
+        return {k: v for k, v in self.to_dict().items()
+                if k not in EXECUTION_KEYS and not (k in defaults and v == defaults[k])}
 
 
 def _explain(error: ValidationError) -> str:

@@ -30,7 +30,7 @@ from ap_gym.paths import atomic_write_json
 from ap_gym.protocol.config import ConfigError, RunConfig, import_modules
 from ap_gym.protocol.executors import Executor, make_executor
 from ap_gym.protocol.executors.base import EvalJob, EvalResult, chunks
-from ap_gym.protocol.results import EPISODES, EpisodeLine, EpisodeLog, summarise
+from ap_gym.protocol.results import BENCHMARK, EPISODES, EpisodeLine, EpisodeLog, summarise
 from ap_gym.protocol.setting import (
     Resources,
     Setting,
@@ -181,6 +181,8 @@ class Runner:
         directory.mkdir(parents=True, exist_ok=True)
         log = EpisodeLog(directory / EPISODES)
         env = make_env(config, setting.benchmark)
+        atomic_write_json(directory / BENCHMARK, {"benchmark": setting.benchmark, "env_id": env.spec.id if env.spec else None,
+                                                  "stand_in": getattr(env.unwrapped, "stand_in", None)})
         info = get_policy(setting.policy.name)
         policy = build_policy(setting.policy, config, directory / "memory.sqlite", setting.seed, self.resources,
                               backbone_label=setting.backbone)
@@ -188,13 +190,30 @@ class Runner:
         train_ids = env.unwrapped.task_ids("train")
         heldout = heldout_subset(env.unwrapped.task_ids("test"), config.heldout)
         task = bar.add_task(str(setting),
-                            total=config.iterations * ((config.train_per_iter if trains else 0) + len(heldout)))
+                            total=config.iterations * ((config.train_per_iter if trains else 0) + len(heldout))
+                            + (len(heldout) if config.eval_before_training else 0))
 
         def line(phase: str, iteration: int, index: int, result: EvalResult) -> EpisodeLine:
             return EpisodeLine(phase, iteration, index, setting.benchmark, setting.label, setting.seed,
                                result.attempts, result.episode, setting.backbone)
 
+        def evaluate(it: int, snapshot: Path) -> None:
+            policy.eval()
+            done = log.done("eval", it)
+            bar.advance(task, len(done))
+            remaining = [(i, t) for i, t in enumerate(heldout) if t not in done]
+            for index, result in self.evaluate(setting, env, policy, str(snapshot) if stateful else "", remaining):
+                log.append(line("eval", it, index, result))
+                bar.advance(task)
+
         try:
+            if config.eval_before_training:  # iteration -1: the untrained policy, empty memory
+                before = directory / "snapshots" / "before"
+                if stateful and not (before / "state.json").exists():
+                    policy.train()
+                    policy.clear_state()
+                    self._save_snapshot(policy, before)
+                evaluate(-1, before)
             for it in range(config.iterations):
                 snapshot = directory / "snapshots" / f"iter{it}"
                 sample = training_sample(train_ids, config.train_per_iter, setting.seed, it) if trains else []
@@ -220,22 +239,21 @@ class Runner:
                         log.append(line("train", it, index, EvalResult(episode.to_dict(), attempts)))
                         bar.advance(task)
                     if stateful:
-                        tmp = snapshot.with_name(snapshot.name + ".tmp")
-                        shutil.rmtree(tmp, ignore_errors=True)
-                        policy.save_state(tmp)
-                        shutil.rmtree(snapshot, ignore_errors=True)
-                        tmp.rename(snapshot)
-                policy.eval()
-                done = log.done("eval", it)
-                bar.advance(task, len(done))
-                remaining = [(i, t) for i, t in enumerate(heldout) if t not in done]
-                for index, result in self.evaluate(setting, env, policy, str(snapshot) if stateful else "", remaining):
-                    log.append(line("eval", it, index, result))
-                    bar.advance(task)
+                        self._save_snapshot(policy, snapshot)
+                evaluate(it, snapshot)
         finally:
             env.close()
             if stateful:
                 policy.close()
+
+    @staticmethod
+    def _save_snapshot(policy: Any, snapshot: Path) -> None:
+        """The policy's state into ``snapshot``, atomically (a killed run leaves the old one or none)."""
+        tmp = snapshot.with_name(snapshot.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        policy.save_state(tmp)
+        shutil.rmtree(snapshot, ignore_errors=True)
+        tmp.rename(snapshot)
 
     def evaluate(self, setting: Setting, env: Any, policy: Any, snapshot: str,
                   remaining: list[tuple[int, str]]) -> Iterable[tuple[int, EvalResult]]:

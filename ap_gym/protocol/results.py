@@ -13,6 +13,7 @@ A line cut short by a kill is dropped on resume; a damaged line elsewhere is mov
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Iterator, Mapping
@@ -24,6 +25,8 @@ from ap_gym.paths import atomic_write_text
 from ap_gym.types import Termination
 
 __all__ = [
+    "BENCHMARK",
+    "load_stand_ins",
     "EPISODES",
     "EpisodeLine",
     "EpisodeLog",
@@ -39,6 +42,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 EPISODES = "episodes.jsonl"
+#: Per setting: which benchmark ran and what stood in for it (``stand_in``).
+BENCHMARK = "benchmark.json"
 PHASES = ("train", "eval")
 
 
@@ -141,6 +146,19 @@ def setting_dirs(run_dir: str | Path) -> Iterator[Path]:
         yield path.parent
 
 
+def load_stand_ins(run_dir: str | Path) -> dict[str, str]:
+    """Benchmark -> what stood in for the published one in this run (from each setting's
+    ``benchmark.json``); benchmarks that were the real thing are absent."""
+    found: dict[str, str] = {}
+    for directory in setting_dirs(run_dir):
+        path = directory / BENCHMARK
+        with contextlib.suppress(OSError, ValueError):
+            meta = json.loads(path.read_text())
+            if meta.get("stand_in"):
+                found[meta["benchmark"]] = meta["stand_in"]
+    return found
+
+
 def load_config(run_dir: str | Path) -> dict[str, Any]:
     """``config.json`` of a run: ``config`` (the run config), ``ap_gym_version``, ``backbone``."""
     path = Path(run_dir) / "config.json"
@@ -165,8 +183,10 @@ def summarise(run_dir: str | Path) -> dict[str, Any]:
     """Per setting and iteration: held-out success, score, LLM calls, steps (no timings,
     so an interrupted and an uninterrupted run summarise identically).
 
-    Infrastructure failures are counted and left out of the rates; a setting where no
-    episode was valid reports no rate (``None``), never 0.0.
+    Infrastructure failures are counted, and success is given both ways: over the valid
+    episodes (``success_rate``, the rate the other means use) and with every
+    infrastructure failure counted as a failure (``success_rate_infra_as_failure``). A
+    setting where no episode was valid reports no rate (``None``), never 0.0.
     """
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for x in load_episodes(run_dir):
@@ -186,6 +206,7 @@ def summarise(run_dir: str | Path) -> dict[str, Any]:
             "episodes": len(eps),
             "infrastructure_failures": len(eps) - len(valid),
             "success_rate": mean(sum(e["success"] for e in valid)),
+            "success_rate_infra_as_failure": (sum(e["success"] for e in valid) / len(eps)) if eps else None,
             "mean_llm_calls": mean(sum(e["usage"]["llm_calls"] for e in valid)),
             "mean_acting_calls": mean(sum(c.get("acting", 0) for c in calls)),
             "mean_synthesis_calls": mean(sum(sum(v for k, v in c.items() if k != "acting") for c in calls)),
@@ -194,7 +215,9 @@ def summarise(run_dir: str | Path) -> dict[str, Any]:
         }
         settings.setdefault(key, []).append(entry)
     return {"settings": settings,
-            "final": {k: {kk: v[-1][kk] for kk in ("iteration", "success_rate", "mean_llm_calls", "mean_steps")}
+            "final": {k: {kk: max(v, key=lambda e: e["iteration"])[kk]
+                          for kk in ("iteration", "episodes", "infrastructure_failures", "success_rate",
+                                     "success_rate_infra_as_failure", "mean_llm_calls", "mean_steps")}
                       for k, v in settings.items()}}
 
 

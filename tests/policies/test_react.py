@@ -146,3 +146,21 @@ def test_react_mode_keeps_the_reasoning_and_shows_it_to_later_turns():
     assert "Thought: <one sentence" in ep.steps[0].prompt  # the format, from prompts/acting_react.txt
     assert "[assistant]\nThought: the counter is at 0.\nAction: add" in ep.steps[1].prompt
     assert ep.policy_info["action_mode"] == "react"
+
+
+def test_the_run_seed_reaches_sampling_and_greedy_ignores_it(tiny_backbone):
+    """With temperature > 0 the run's seed decides the samples (same seed, same episode;
+    another seed, another episode); greedy decoding gives one episode whatever the seed."""
+
+    def actions(seed, temperature):
+        agent = {"action_mode": "generate", "generation": {"max_new_tokens": 4, "temperature": temperature}}
+        policy = NoMemory(tiny_backbone, agent, seed=seed)
+        ep = ap_gym.run_episode(Counter(), policy, task_id="c/1", max_steps=4)
+        return [s.action for s in ep.steps]
+
+    assert actions(0, 1.5) == actions(0, 1.5)
+    assert len({tuple(actions(s, 1.5)) for s in range(4)}) > 1
+    assert len({tuple(actions(s, 0.0)) for s in range(4)}) == 1
+    config = GenerationConfig(temperature=1.0)
+    assert config.seeded(0, "t", 1).seed != config.seeded(1, "t", 1).seed
+    assert config.seeded(0, "t", 1) == config.seeded(0, "t", 1) and GenerationConfig().seeded(0, "t").seed is None

@@ -53,3 +53,17 @@ def test_a_setting_with_no_valid_episode_reports_no_rate(tmp_path):
         log.append(EpisodeLine("eval", 0, i, "bench", "p", 0, 3, episode.to_dict()))
     entry = summarise(tmp_path)["settings"]["bench/p/seed0"][0]
     assert entry["infrastructure_failures"] == 3 and entry["success_rate"] is None and entry["mean_steps"] is None
+
+
+def test_infrastructure_failures_are_counted_and_success_given_both_ways(tmp_path):
+    directory = tmp_path / "bench" / "p" / "seed0"
+    directory.mkdir(parents=True)
+    log = EpisodeLog(directory / "episodes.jsonl")
+    for i in range(4):  # 2 valid (1 success), 2 infrastructure failures
+        termination = Termination.INFRA if i >= 2 else (Termination.WON if i == 0 else Termination.STEP_LIMIT)
+        episode = Episode(task_id=f"t{i}", task_family="f", instruction="", initial_observation="", steps=(),
+                          success=i == 0, score=None, max_score=None, termination=termination, seed=0)
+        log.append(EpisodeLine("eval", 0, i, "bench", "p", 0, 1, episode.to_dict()))
+    final = summarise(tmp_path)["final"]["bench/p/seed0"]
+    assert final["episodes"] == 4 and final["infrastructure_failures"] == 2
+    assert final["success_rate"] == 0.5 and final["success_rate_infra_as_failure"] == 0.25

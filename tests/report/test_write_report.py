@@ -26,10 +26,15 @@ def tiny_run(tmp_path_factory):
 def test_report_writes_every_table_and_a_png(tiny_run):
     out = write_report([tiny_run])
     text = (out / "report.md").read_text()
-    for heading in ("Final held-out success", "LLM calls and trajectory length", "Success per task family",
-                    "anti_persistence mode usage", "Discard versus persist", "Setting-level statistics (exploratory)",
-                    "Error-reproduction audit"):
+    for heading in ("Table 1: final held-out success", "Denominators", "LLM calls and trajectory length",
+                    "Success per task family", "anti_persistence mode usage", "Table 2: discard versus persist",
+                    "Setting-level statistics (exploratory)", "Error-reproduction audit"):
         assert f"## {heading}" in text
+    # the stand-in says so under every table
+    assert text.count("**shop**: Shop, ap-gym's self-contained stand-in for WebShop") >= 6
+    # the Holm family is the paper's comparisons; no_memory and the persist ablation are outside it
+    assert [r.split(",")[0] for r in (out / "stats.csv").read_text().splitlines()[1:]] == ["abstraction"]
+    assert {r.split(",")[0] for r in (out / "stats_other.csv").read_text().splitlines()[1:]} == {"no_memory", "ap_persist"}
     for table in ("final_success", "llm_calls", "per_family", "modes", "discard_vs_persist", "stats", "audit"):
         assert (out / f"{table}.csv").read_text().count("\n") >= 2
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
