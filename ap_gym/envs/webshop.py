@@ -13,8 +13,10 @@ ship them. To use the real benchmark:
 This env then wraps ``web_agent_site.envs.WebAgentTextEnv`` in text mode: actions are
 ``search[query]`` and ``click[...]``; the page's clickables are the admissible commands;
 reward in [0, 1]; success is reward == 1; score = 100 x reward. The split is the
-paper's: a fixed 100-instruction held-out set (goal indices 0-99, WebShop's own test
-goals) and 200 training instructions drawn with a fixed seed from the rest.
+paper's, inside WebShop's own: a fixed 100-instruction held-out set (goal indices 0-99,
+among WebShop's test goals 0-499) and 200 training instructions drawn with a fixed seed
+from WebShop's training goals (index 1500 on; 500-1499 are its validation goals), never
+one whose target product a held-out instruction targets (:func:`webshop_split`).
 
 Without it, constructing the env raises an error that says how to install it; for a
 self-contained shop with the same interface and reward, use ``ap_gym/Shop-v0``.
@@ -23,13 +25,33 @@ self-contained shop with the same interface and reward, use ``ap_gym/Shop-v0``.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ap_gym.envs.base import StartResult, StepResult, TextEnv
 from ap_gym.errors import APGymError, EnvInfrastructureError
 
-__all__ = ["WebShopEnv"]
+__all__ = ["WEBSHOP_TEST", "WEBSHOP_TRAIN_FROM", "WebShopEnv", "webshop_split"]
+
+#: WebShop's own goal split (its baseline_models' env): test 0-499, validation 500-1499,
+#: training from 1500 on.
+WEBSHOP_TEST = range(500)
+WEBSHOP_TRAIN_FROM = 1500
+
+
+def webshop_split(goals: Sequence[Mapping[str, Any]], split_seed: int = 0, heldout: int = 100,
+                  train: int = 200) -> dict[str, list[int]]:
+    """Goal indices of the paper's split inside WebShop's: held-out = the first ``heldout``
+    of WebShop's test goals; training = ``train`` of WebShop's training goals, drawn with
+    ``split_seed``, leaving out any whose target product (``asin``) a held-out goal targets."""
+    if len(goals) <= WEBSHOP_TRAIN_FROM:
+        raise APGymError(f"WebShop holds {len(goals)} goals; its training goals start at index "
+                         f"{WEBSHOP_TRAIN_FROM}. Use the human-instruction goal file of WebShop's setup.")
+    test = list(range(heldout))
+    targets = {goals[i].get("asin") for i in test} - {None}
+    pool = [i for i in range(WEBSHOP_TRAIN_FROM, len(goals)) if goals[i].get("asin") not in targets]
+    random.Random(split_seed).shuffle(pool)
+    return {"test": test, "train": sorted(pool[:train])}
 
 INSTALL = (
     "the official WebShop is not installed: ap_gym/WebShop-v0 needs the `web_agent_site` "
@@ -51,11 +73,8 @@ class WebShopEnv(TextEnv):
         except ImportError as e:
             raise APGymError(INSTALL) from e
         self._env = WebAgentTextEnv(observation_mode="text", num_products=num_products)
-        n_goals = len(self._env.server.goals)
-        rest = list(range(100, n_goals))
-        random.Random(split_seed).shuffle(rest)
-        self._ids = {"test": [f"webshop/{i}" for i in range(100)],
-                     "train": [f"webshop/{i}" for i in sorted(rest[:200])]}
+        split_ = webshop_split(self._env.server.goals, split_seed)
+        self._ids = {s: [f"webshop/{i}" for i in split_[s]] for s in ("train", "test")}
 
     def _task_ids(self, split: str) -> list[str]:
         return self._ids[split]

@@ -77,3 +77,24 @@ def test_malformed_actions_return_the_same_page():
 def test_official_webshop_says_how_to_install():
     with pytest.raises(APGymError, match="setup.sh.*Shop-v0"):
         gym.make("ap_gym/WebShop-v0")
+
+
+def test_no_held_out_target_product_is_a_training_target():
+    env = ShopEnv()
+    held = {env.goal(t).asin for t in env.task_ids("test")}
+    train = [env.goal(t).asin for t in env.task_ids("train")]
+    assert len(train) == 200 and not held & set(train)
+
+
+def test_official_webshop_split_stays_inside_webshops_own():
+    """Held-out: WebShop's test goals 0-99; training: only its training goals (index 1500 on),
+    never one whose product a held-out goal targets, so no test goal is ever a training goal."""
+    from ap_gym.envs.webshop import WEBSHOP_TEST, WEBSHOP_TRAIN_FROM, webshop_split
+
+    goals = [{"asin": f"B{i % 1700:05d}"} for i in range(6000)]  # asins repeat: 1500+i shares i's product
+    split = webshop_split(goals, split_seed=3)
+    assert split["test"] == list(range(100)) and len(split["train"]) == 200
+    assert all(i >= WEBSHOP_TRAIN_FROM and i not in WEBSHOP_TEST for i in split["train"])
+    held = {goals[i]["asin"] for i in split["test"]}
+    assert not held & {goals[i]["asin"] for i in split["train"]}
+    assert webshop_split(goals, split_seed=3) == split != webshop_split(goals, split_seed=4)
