@@ -90,6 +90,13 @@ def _backbone_overrides(values: list[str] | None) -> dict:
     return out
 
 
+def _label_spec(value: str) -> tuple[str, str]:
+    label, sep, spec = value.partition("=")
+    if not sep or not label or not spec:
+        raise SystemExit(f"--judge takes LABEL=SPEC (for example judge=http://host:8000/v1), not {value!r}")
+    return label, spec
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -104,6 +111,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.config, name=args.name, workers=args.workers, out=args.out, embedder=args.embedder,
         iterations=args.iterations, seeds=args.seeds, executor=args.executor, ray_address=args.ray_address,
         lanes=args.lanes, serving=serving or None, **_backbone_overrides(args.backbone),
+        **({"judges": dict(_label_spec(v) for v in args.judge)} if args.judge else {}),
     )
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as cleanly as Ctrl-C
     try:
@@ -149,6 +157,21 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_skills(args: argparse.Namespace) -> int:
+    from ap_gym.errors import APGymError
+    from ap_gym.report.skills import export_skills
+
+    try:
+        data = export_skills(args.run, args.policy, args.out, benchmark=args.benchmark, seed=args.seed,
+                             active_only=args.active_only)
+    except APGymError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.out}: {len(data['admitted'])} admitted, {len(data['filtered_out'])} filtered out "
+          f"({data['setting']}); use it as a policy option: frozen_abstractions: {args.out}")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from ap_gym.backbones.server import serve
 
@@ -190,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backbone", action="append",
                    help="default | tiny | model path | http://server/v1; LABEL=SPEC sets one of several "
                         "(repeat it); the config's backbones: otherwise")
+    p.add_argument("--judge", action="append",
+                   help="LABEL=SPEC: a judging backbone (judges:), named by a policy's judge_backbone option")
     p.add_argument("--embedder", help="default | sentence-transformers path | http://server/v1 (its /v1/embeddings)")
     p.add_argument("--deadline", type=float, help="overall deadline of one call to a served model, in seconds")
     p.add_argument("--serving-retries", type=int, help="retries of a failed call to a served model")
@@ -206,6 +231,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", default="anti_persistence",
                    help="the policy compared against every other one (default: anti_persistence)")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("skills", help="export one setting's admitted and filtered abstractions (frozen-skill layer)")
+    p.add_argument("run", help="a run directory")
+    p.add_argument("--policy", required=True, help="the policy label")
+    p.add_argument("--benchmark", help="when the run has several")
+    p.add_argument("--seed", type=int, help="when the run has several")
+    p.add_argument("--active-only", action="store_true", help="leave out abstractions maintenance deactivated")
+    p.add_argument("--out", default="skills.json")
+    p.set_defaults(func=_cmd_skills)
 
     p = sub.add_parser("serve", help="serve a transformers model over an OpenAI-compatible HTTP API")
     p.add_argument("--model", default="default", help="default (packaged SmolLM2), a model dir, or a .gguf")

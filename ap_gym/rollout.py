@@ -107,6 +107,10 @@ def _finish(
         )
     if extra is not None:
         episode = dataclasses.replace(episode, usage=episode.usage + extra)
+    if began:  # what the policy decided while learning (stored or rejected abstractions) is kept too
+        after = dict(policy.trace().info)
+        if after != episode.policy_info:
+            episode = dataclasses.replace(episode, policy_info={**episode.policy_info, **after})
     return episode
 
 

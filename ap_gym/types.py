@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 #: Why an LLM call was made. Reports split acting from everything else.
-PURPOSES = ("acting", "synthesis", "reflection", "maintenance")
+PURPOSES = ("acting", "synthesis", "reflection", "maintenance", "admission")
 
 
 class Termination(enum.StrEnum):

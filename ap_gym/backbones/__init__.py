@@ -43,14 +43,15 @@ def make_backbone(spec: str | None = None, **kwargs: object) -> Backbone:
     """A backbone from a short spec, as used by configs and the CLI.
 
     ``None`` or ``"default"``: the packaged SmolLM2; ``"tiny"``: a tiny random Llama
-    (tests, harness speed); ``"http://..."``: an OpenAI-compatible server; anything else:
+    (tests, harness speed; ``"tiny:seed=N"`` another one); ``"http://..."``: an OpenAI-compatible server; anything else:
     a model id, directory or GGUF file for :class:`TransformersBackbone`.
     """
     if spec in (None, "", "default"):
         return TransformersBackbone(**kwargs)  # type: ignore[arg-type]
-    if spec == "tiny":
-        model, tokenizer = tiny_llama()
-        return TransformersBackbone(model, tokenizer=tokenizer, identity="tiny-llama(seed=0)", **kwargs)  # type: ignore[arg-type]
+    if spec == "tiny" or spec.startswith("tiny:seed="):
+        seed = int(spec.partition("=")[2] or 0) if spec != "tiny" else 0
+        model, tokenizer = tiny_llama(seed)
+        return TransformersBackbone(model, tokenizer=tokenizer, identity=f"tiny-llama(seed={seed})", **kwargs)  # type: ignore[arg-type]
     if spec.startswith(("http://", "https://")):
         return OpenAIBackbone(spec, **kwargs)  # type: ignore[arg-type]
     return TransformersBackbone(spec, **kwargs)  # type: ignore[arg-type]

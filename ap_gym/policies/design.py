@@ -63,6 +63,8 @@ class TaskContext:
     decisions: dict[str, Any]
     synthesiser: Synthesiser
     admission: Admission | str | None = None
+    #: the LLM judge's own backbone, when it is not the acting one.
+    judge: Synthesiser | None = None
     #: ids of the stored abstractions shown in this task's prompt (their provenance).
     in_prompt: list[int] = field(default_factory=list)
     #: what a design keeps from ``guidance`` for ``learn`` (never beyond the episode).
@@ -86,8 +88,9 @@ class TaskContext:
         if self.admission is None:
             return True
         if self.admission == "llm":
-            answer = self.synthesise("admission_judge", "maintenance", instruction=episode.instruction,
-                                     outcome="success" if episode.success else "failure", text=text)
+            judge = self.judge or self.synthesiser
+            answer = judge.synthesise("admission_judge", "admission", instruction=episode.instruction,
+                                      outcome="success" if episode.success else "failure", text=text)
             return answer.strip().lower().startswith("yes")
         return bool(self.admission(text, episode))  # type: ignore[operator]
 

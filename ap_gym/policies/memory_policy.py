@@ -13,7 +13,10 @@ Options every design accepts: ``frozen_abstractions`` (a fixed layer of given te
 shown on top of the design's own guidance: the paper's useful-versus-toxic skills
 experiment) and ``admission`` (a judge that accepts or rejects each new abstraction
 before it is stored: a callable ``(text, episode) -> bool`` or ``"llm"`` for an LLM judge,
-the paper's selective-retention experiment).
+the paper's selective-retention experiment). The LLM judge is the acting backbone unless
+``judge_backbone`` names another (the paper's judge was a stronger model than the
+actor); its calls count under ``admission``. ``frozen_abstractions`` may also be the path
+of a file written by ``ap-gym skills`` (its admitted abstractions are the layer).
 
 Each design's module registers a thin subclass that only says which design it uses
 (``TrajectoryMemory``, ``AntiPersistencePolicy``, ...), so configs name them.
@@ -52,8 +55,10 @@ class MemoryPolicy:
         agent: the acting agent's options.
         memory: a :class:`~ap_gym.policies.memory.MemoryConfig` (or its options).
         seed: seeds the design's random choices (derived per task, so order-free).
-        frozen_abstractions: a fixed layer of texts shown on top of the guidance.
+        frozen_abstractions: a fixed layer of texts shown on top of the guidance, or the
+            path of a skills file (``ap-gym skills``).
         admission: a judge for new abstractions (``None`` admits all).
+        judge_backbone: the LLM judge's own backbone (default: the acting one).
     """
 
     def __init__(
@@ -66,16 +71,27 @@ class MemoryPolicy:
         agent: AgentConfig | Mapping[str, Any] | None = None,
         memory: MemoryConfig | Mapping[str, Any] | None = None,
         seed: int = 0,
-        frozen_abstractions: Sequence[str] = (),
+        frozen_abstractions: Sequence[str] | str | Path = (),
         admission: Admission | str | None = None,
+        judge_backbone: Backbone | None = None,
     ) -> None:
         if isinstance(admission, str) and admission != "llm":
             raise ValueError("admission must be a callable, 'llm' or None")
+        if judge_backbone is not None and admission != "llm":
+            raise ValueError("judge_backbone is the LLM judge's backbone: set admission: llm with it")
+        if isinstance(judge_backbone, str):
+            raise ValueError(f"judge_backbone {judge_backbone!r} was not resolved to a backbone; in a run config "
+                             "name one of the run's backbones (backbones:) or a backbone spec")
+        if isinstance(frozen_abstractions, str | Path):
+            from ap_gym.report.skills import read_skills
+
+            frozen_abstractions = read_skills(frozen_abstractions)
         self.agent = ReActAgent(backbone, agent, seed)
         self.memory = Memory(embedder, db_path, MemoryConfig.coerce(memory), seed)
         self.design = design
         self.frozen_abstractions = list(frozen_abstractions)
         self.admission = admission
+        self.judge_backbone = judge_backbone
         self._task: TaskContext | None = None
 
     # ------------------------------------------------------------ plumbing
@@ -128,7 +144,9 @@ class MemoryPolicy:
             agent.decisions["embedding_failed"] = f"{type(e).__name__}: {e}"
         else:
             task = self._task = TaskContext(self.memory, vec, info, agent.decisions,
-                                            Synthesiser(agent.backbone, agent.meter, self.memory), self.admission)
+                                            Synthesiser(agent.backbone, agent.meter, self.memory), self.admission,
+                                            judge=(Synthesiser(self.judge_backbone, agent.meter, self.memory)
+                                                   if self.judge_backbone is not None else None))
         blocks: list[tuple[str, str]] = []
         if self.frozen_abstractions:
             blocks.append(("Skills", "\n".join(f"- {t}" for t in self.frozen_abstractions)))

@@ -102,6 +102,8 @@ class RunConfig(BaseModel):
         backbones: several backbones by label (label -> spec as for ``backbone``); the
             grid becomes benchmark x backbone x policy x seed and results are filed under
             ``<benchmark>/<backbone label>/<policy>/seed<k>``. ``backbone`` is then unused.
+        judges: backbones that judge rather than act (label -> spec), named by a policy's
+            ``judge_backbone`` option (the admission filter's judge); not a grid dimension.
         embedder: ``default``, a sentence-transformers path, or an OpenAI-compatible URL
             (``/v1/embeddings``).
         serving: deadlines, retries and concurrency for served backbones and embedders.
@@ -136,6 +138,7 @@ class RunConfig(BaseModel):
     policies: tuple[PolicySpec, ...] = Field(default=(PolicySpec(name="no_memory"),), min_length=1)
     backbone: str = "default"
     backbones: dict[str, str] | None = None
+    judges: dict[str, str] | None = None
     embedder: str = "default"
     serving: Serving = Field(default_factory=Serving)
     seeds: tuple[int, ...] = Field(default=(0,), min_length=1)
@@ -249,7 +252,7 @@ class RunConfig(BaseModel):
         A key added to ap-gym later, left at its default, is left out too: a run started
         before the key existed resumes under the version that added it.
         """
-        defaults = {"eval_before_training": False}
+        defaults = {"eval_before_training": False, "judges": None}
         return {k: v for k, v in self.to_dict().items()
                 if k not in EXECUTION_KEYS and not (k in defaults and v == defaults[k])}
 

@@ -164,10 +164,13 @@ class Runner:
 
         described = check_backbones(self.config, self.resources)  # served ones: checked now, not per episode
         meta: dict[str, Any] = {"config": self.config.to_dict(), "ap_gym_version": ap_gym.__version__}
+        judges = {k.removeprefix("judge:"): described.pop(k) for k in list(described) if k.startswith("judge:")}
         if self.config.backbones:
             meta["backbones"] = described
         else:
             meta["backbone"] = described.get("")
+        if judges:
+            meta["judges"] = judges
         atomic_write_json(run_dir / "config.json", meta)
         atomic_write_json(run_dir / "prompts.json", all_prompts())
 

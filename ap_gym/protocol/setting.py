@@ -105,6 +105,11 @@ def check_backbones(config: RunConfig, resources: Resources) -> dict[str, Any]:
         if isinstance(backbone, ServedBackbone):
             backbone.check(scoring=scoring)
         described[label or ""] = backbone.describe()
+    for label, spec in (config.judges or {}).items():
+        judge = resources.backbone(spec)
+        if isinstance(judge, ServedBackbone):
+            judge.check(scoring=False)
+        described[f"judge:{label}"] = judge.describe()
     return described
 
 
@@ -137,7 +142,12 @@ def build_policy(spec: PolicySpec, config: RunConfig, db_path: Path, seed: int, 
         provided["db_path"] = db_path
     if "seed" in info.needs:
         provided["seed"] = seed
-    return info.factory(**{**provided, **spec.options})
+    options = dict(spec.options)
+    if isinstance(options.get("judge_backbone"), str):  # a label of judges: or backbones:, or a spec
+        name = options["judge_backbone"]
+        labels = {**(config.backbones or {}), **(config.judges or {})}
+        options["judge_backbone"] = resources.backbone(labels.get(name, name))
+    return info.factory(**{**provided, **options})
 
 
 def run_with_retries(env: Any, policy: Any, task_id: str, seed: int, max_steps: int,

@@ -187,7 +187,7 @@ def write_report(runs: Sequence[str | Path], out: str | Path | None = None, benc
                 rows.append([m, s, modes, a + o, a, o, st, failures])
     md += ["## LLM calls and trajectory length per held-out task (final iteration)", "",
            table(out / "llm_calls", ["method", "setting", "action mode", "LLM calls", "acting",
-                                      "synthesis+reflection+maintenance", "steps", "parse failures"], rows), ""]
+                                      "synthesis+reflection+maintenance+admission", "steps", "parse failures"], rows), ""]
 
     fam: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for x in final:

@@ -187,7 +187,7 @@ def test_admission_filter_and_frozen_layer(tiny_backbone, embedder, tmp_path):
     assert "## Skills\n- Always count with 'add'." in ep.steps[0].prompt
     judged = make("reflexion", tiny_backbone, embedder, tmp_path, admission="llm")
     ep = train(judged, 1)[0]
-    assert ep.usage.calls_for("maintenance") == 1 and ep.usage.calls_for("reflection") == 1
+    assert ep.usage.calls_for("admission") == 1 and ep.usage.calls_for("reflection") == 1
     assert isinstance(judged, MemoryPolicy) and not isinstance(judged, AntiPersistence)
 
 
