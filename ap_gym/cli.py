@@ -112,6 +112,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         iterations=args.iterations, seeds=args.seeds, executor=args.executor, ray_address=args.ray_address,
         lanes=args.lanes, serving=serving or None, **_backbone_overrides(args.backbone),
         **({"judges": dict(_label_spec(v) for v in args.judge)} if args.judge else {}),
+        **({"benchmarks": args.benchmarks} if args.benchmarks else {}),
     )
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as cleanly as Ctrl-C
     try:
@@ -213,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backbone", action="append",
                    help="default | tiny | model path | http://server/v1; LABEL=SPEC sets one of several "
                         "(repeat it); the config's backbones: otherwise")
+    p.add_argument("--benchmarks", nargs="+", help="run these benchmarks instead of the config's "
+                   "(for example shop in place of webshop without WebShop's data)")
     p.add_argument("--judge", action="append",
                    help="LABEL=SPEC: a judging backbone (judges:), named by a policy's judge_backbone option")
     p.add_argument("--embedder", help="default | sentence-transformers path | http://server/v1 (its /v1/embeddings)")

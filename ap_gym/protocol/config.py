@@ -25,6 +25,8 @@ __all__ = ["EXECUTION_KEYS", "ConfigError", "PolicySpec", "RunConfig", "import_m
 #: config keys that change how or where a run executes, not what it computes: a run may
 #: be resumed with other values (say, started locally and finished on Ray, or moved).
 EXECUTION_KEYS = frozenset({"workers", "executor", "ray_address", "lanes", "out", "serving"})
+#: A backbone spec ``served:<model>``: the model is named in the config, its URL given at run time.
+SERVED = "served:"
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
 
 
@@ -98,7 +100,9 @@ class RunConfig(BaseModel):
             a user's envs and policies.
         benchmarks: short names (``textworld``, ``scienceworld``, ...) or registered env ids.
         policies: what to compare.
-        backbone: ``default``, ``tiny``, a model path, or an OpenAI-compatible URL.
+        backbone: ``default``, ``tiny``, a model path, or an OpenAI-compatible URL
+            (``served:<model>`` in a shared config: the URL is given at run time with
+            ``--backbone``).
         backbones: several backbones by label (label -> spec as for ``backbone``); the
             grid becomes benchmark x backbone x policy x seed and results are filed under
             ``<benchmark>/<backbone label>/<policy>/seed<k>``. ``backbone`` is then unused.
@@ -186,7 +190,21 @@ class RunConfig(BaseModel):
         labels = [p.label for p in self.policies]
         if len(set(labels)) != len(labels):
             raise ValueError(f"policy labels must be unique: {labels}")
+        self._served_models_have_urls()
         return self
+
+    def _served_models_have_urls(self) -> None:
+        """A spec ``served:<model>`` names a model whose server is given at run time: say how."""
+        named = [("backbone", None, self.backbone)] if not self.backbones else []
+        named += [("backbones", label, spec) for label, spec in (self.backbones or {}).items()]
+        named += [("judges", label, spec) for label, spec in (self.judges or {}).items()]
+        missing = [(key, label, spec) for key, label, spec in named if spec.startswith(SERVED)]
+        if missing:
+            flags = " ".join(f"--{'judge' if key == 'judges' else 'backbone'} {label + '=' if label else ''}"
+                             f"http://HOST:PORT/v1" for key, label, _ in missing)
+            models = ", ".join(f"{label or key}: {spec[len(SERVED):]}" for key, label, spec in missing)
+            raise ValueError(f"the config names served models without their servers ({models}); give each URL at "
+                             f"run time: ap-gym run CONFIG {flags}")
 
     # ------------------------------------------------------------------ io
     @classmethod
