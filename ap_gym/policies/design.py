@@ -97,8 +97,10 @@ class TaskContext:
     def keep_abstraction(self, text: str, episode: Episode, sources: list[int], vec: np.ndarray,
                          kind: str) -> int | None:
         """Admit and store ``text`` with its provenance; a rejection is recorded."""
-        if not self.admit(text, episode):
-            self.decisions.setdefault("rejected_abstractions", []).append(text)
+        if not self.admit(text, episode):  # kept with its provenance: the audit counts it (alpha, eta)
+            parents = sorted({p for r in self.memory.trajectories.get(sources) for p in r.abstraction_ids})
+            self.decisions.setdefault("rejected_abstractions", []).append(
+                {"text": text, "sources": list(sources), "parents": parents})
             return None
         return self.memory.add_abstraction(text, kind, vec, sources)
 

@@ -33,6 +33,7 @@ __all__ = [
     "load_abstractions",
     "load_config",
     "load_episodes",
+    "load_records",
     "read_lines",
     "setting_dirs",
     "setting_key",
@@ -232,5 +233,20 @@ def load_abstractions(setting_dir: str | Path) -> list[Any]:
     db = MemoryDB(path, readonly=True)
     try:
         return AbstractionStore(db).all(include_inactive=True)
+    finally:
+        db.close()
+
+
+def load_records(setting_dir: str | Path, ids: Any) -> dict[int, Any]:
+    """Stored trajectory records by id (read-only): the provenance the audit checks against."""
+    from ap_gym.memory.store import MemoryDB, TrajectoryStore
+
+    path = Path(setting_dir) / "memory.sqlite"
+    ids = sorted(set(ids))
+    if not path.exists() or not ids:
+        return {}
+    db = MemoryDB(path, readonly=True)
+    try:
+        return {r.id: r for r in TrajectoryStore(db).get(ids)}
     finally:
         db.close()

@@ -27,11 +27,12 @@ from ap_gym.protocol.results import (
     load_abstractions,
     load_config,
     load_episodes,
+    load_records,
     load_stand_ins,
     setting_dirs,
     setting_key,
 )
-from ap_gym.report.audit import GrammarLabeller, audit
+from ap_gym.report.audit import EnvironmentLabeller, Invocation, SourceRecord, audit
 from ap_gym.report.stats import paired_stats
 
 __all__ = ["DEFAULT_METHOD", "collect", "write_report"]
@@ -291,24 +292,41 @@ def _audit_section(runs: Sequence[str | Path], lines: list[dict[str, Any]], spec
             except StoreError as e:  # said in the report, never dropped silently
                 unreadable.append(f"- {name}: {e}")
                 continue
-            if not stored:
+            rejected = [Invocation(str(item.get("text", "")), tuple(item.get("parents", ())), False,
+                                   tuple(item.get("sources", ())))
+                        if isinstance(item, dict) else Invocation(str(item), (), False)
+                        for x in lines if x["run"] == str(run) and setting_key(x) == name
+                        for item in x["policy_info"].get("rejected_abstractions", [])]
+            if not stored and not rejected:
                 continue
-            rejected = sum(len(x["policy_info"].get("rejected_abstractions", [])) for x in lines
-                           if x["run"] == str(run) and setting_key(x) == name)
-            r = audit(name, stored, GrammarLabeller(bench), rejected)
+            ids = {i for a in stored for i in a.sources} | {i for inv in rejected for i in inv.sources}
+            try:
+                records = {i: SourceRecord.of(r) for i, r in load_records(directory, ids).items()}
+            except StoreError as e:
+                unreadable.append(f"- {name}: {e}")
+                continue
+            r = audit(name, stored, EnvironmentLabeller(bench), rejected, records)
             rows.append([r.setting, r.abstractions, r.flagged, f"{r.flagged_given_flagged_parent}/{r.with_flagged_parent}",
                          r.rate_exposed, f"{r.flagged_given_no_flagged_parent}/{r.without_flagged_parent}",
-                         r.rate_unexposed, r.gap, r.q, r.alpha, r.eta, r.q * r.alpha * r.eta])
+                         r.rate_unexposed, r.gap, f"{r.exposed_invocations}/{r.invocations}", r.q,
+                         f"{r.flagged_exposed_invocations}/{r.exposed_invocations}", r.alpha,
+                         f"{r.admitted_invocations}/{r.invocations}", r.eta, r.q * r.alpha * r.eta,
+                         ", ".join(f"{k} {v}" for k, v in sorted(r.reasons.items())) or "-"])
     text = ["## Error-reproduction audit", "",
-            "Labeller: a stored abstraction is *flagged* when it quotes a command whose verb the benchmark's "
-            "grammar lacks (ap_gym/report/audit.py). Not flagged means not flagged, never correct. "
-            "Association, not causation.", ""]
+            "Labeller (ap_gym/report/audit.py, EnvironmentLabeller): an abstraction is *flagged* when it quotes a "
+            "command outside the benchmark's grammar, names an object no source record's world has, or makes a "
+            "claim its source records contradict (a recommended command that always failed there, a forbidden one "
+            "a success used). Its precision and recall on a labelled fixture set are in benchmarks/RESULTS.md. "
+            "Not flagged means not flagged, never correct. q, alpha and eta are per synthesis invocation, admitted "
+            "and rejected outputs alike, with their counts. Association, not causation.", ""]
     if unreadable:
         text += ["Settings whose memory could not be read (not audited):", "", *unreadable, ""]
     if not rows:
         return [*text, "No method in these runs stored abstractions.", ""]
-    return [*text, _table(out / "audit", ["setting", "abstractions", "flagged", "flagged given flagged parent", "rate",
-                                          "flagged given no flagged parent", "rate", "gap", "q", "alpha", "eta", "q*alpha*eta"], rows), ""]
+    return [*text, _table(out / "audit", ["setting", "stored", "flagged", "flagged given flagged parent", "rate",
+                                          "flagged given no flagged parent", "rate", "gap", "exposed invocations", "q",
+                                          "flagged exposed", "alpha", "admitted", "eta", "q*alpha*eta",
+                                          "flags by rule"], rows), ""]
 
 
 def _plot(evals: list[dict[str, Any]], settings: list[str], methods: list[str], path: Path) -> None:

@@ -1,31 +1,46 @@
 """The error-reproduction audit (spec: "Error-reproduction audit (provenance)").
 
 An operational bias labeller flags an abstraction by a stated protocol; "not flagged"
-means only that: it may be unclassified, never "correct". The built-in protocol per
-benchmark (:class:`GrammarLabeller`): an abstraction is flagged when it quotes a command
-(in quotes or backticks) whose verb the benchmark's command grammar does not have, for
-example ``"grab the mug"`` in ScienceWorld or ``"teleport to kitchen"`` in TextWorld.
-A callable ``(text) -> bool`` (an LLM judge, say) can be used instead or on top.
+means only that: it may be unclassified, never "correct". The built-in protocol,
+:class:`EnvironmentLabeller`, checks an abstraction against what the environment allows
+and against the records it was synthesised from (its provenance):
 
-The audit compares the flag rate of abstractions with at least one flagged parent
-against those with none, and estimates, for one synthesis invocation, q (probability
-of flagged-parent exposure), α (flagged-output rate given exposure) and η (admission
-probability); q·α·η > 0 means a positive probability of admitting a flagged descendant.
-This is association, not causation.
+1. **grammar**: a command it quotes (in quotes or backticks, or ``search[...]`` /
+   ``click[...]``) whose verb the benchmark's command grammar does not have
+   ("grab the mug" in ALFWorld, "purchase[...]" in the shop). A quoted span counts as a
+   command only when its first word is an action verb; quoted objects, names and search
+   queries are not commands, and an apostrophe inside a word ("don't", "it's") opens no
+   quote.
+2. **absent objects**: an object its commands (or, in ALFWorld, its numbered objects
+   such as "drawer 7"; in the shop, product ids and buttons) name that no source
+   record's world contains: not in their instructions, commands or observations.
+3. **contradicted claims**: it recommends a command that failed ("Nothing happens.")
+   every time the source records issued it, or forbids ("never", "don't", "avoid",
+   "not") a command a successful source record used without failure.
+
+Claims about state or outcome that need understanding ("the lamp alone completes the
+task") escape these rules; :class:`JudgeLabeller` asks an LLM through its own backbone,
+and :class:`AnyOf` flags what either flags. Measured on the labelled fixture set
+(``benchmarks/audit/fixtures.yaml``, ``benchmarks/audit_labeller.py``; RESULTS.md).
+
+The audit then compares the flag rate of stored abstractions with at least one flagged
+parent against those with none, and estimates, per synthesis invocation (admitted and
+rejected outputs alike), q (probability of flagged-parent exposure), α (flagged-output
+rate given exposure) and η (admission probability); q·α·η > 0 means a positive
+probability of admitting a flagged descendant. This is association, not causation.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # the records come through ap_gym.protocol.results
-    from ap_gym.memory.store import Abstraction
+__all__ = ["VERBS", "AnyOf", "AuditRow", "EnvironmentLabeller", "GrammarLabeller", "Invocation", "JudgeLabeller",
+           "Label", "Labeller", "SourceRecord", "audit", "commands_in"]
 
-__all__ = ["VERBS", "AuditRow", "GrammarLabeller", "audit"]
-
+#: Each benchmark's command verbs (the first word of an admissible command).
 VERBS = {
     "textworld": {"look", "inventory", "go", "take", "drop", "put", "insert", "open", "close", "unlock", "lock",
                   "examine", "eat", "drink", "cook", "slice", "chop", "dice", "prepare", "read", "north", "south",
@@ -37,28 +52,231 @@ VERBS = {
                  "use", "look", "inventory", "examine"},
     "shop": {"search", "click"},
 }
-_QUOTED = re.compile(r"[\"'`\u2018\u201c]([a-z][a-z0-9 \-]{1,60})[\"'`\u2019\u201d]", re.I)
+VERBS["webshop"] = VERBS["shop"]
+#: Words that make a quoted span an instruction to act: every benchmark's verbs plus the
+#: imperative verbs models write when they invent commands.
+ACTION_WORDS = set().union(*VERBS.values()) | {
+    "grab", "get", "fetch", "walk", "run", "climb", "buy", "purchase", "press", "push", "pull", "turn", "switch",
+    "place", "set", "fill", "boil", "freeze", "wash", "rinse", "select", "add", "find", "catch", "fry", "bake",
+    "microwave", "throw", "carry", "enter", "exit", "leave", "travel", "head", "navigate", "check", "inspect",
+    "grill", "roast", "chill", "warm", "light", "cut", "give", "show", "hold", "collect", "choose", "order",
+}
+_QUOTED = re.compile(r"\"([^\"\n]{1,80})\"|`([^`\n]{1,80})`|\u201c([^\u201d\n]{1,80})\u201d"
+                     r"|\u2018([^\u2019\n]{1,80})\u2019|(?<![\w])'([^'\n]{1,80})'(?![\w])")
+_BRACKETED = re.compile(r"\b([a-z_]+)\[([^\]\n]*)\]", re.I)
+_NUMBERED = re.compile(r"\b([a-z]+) (\d+)\b", re.I)
+_PRODUCT = re.compile(r"\bb0[a-z0-9]{8}\b", re.I)
+_NEGATION = re.compile(r"\b(?:never|don't|do not|dont|avoid|not|instead of|rather than|no need to)\b", re.I)
+_CLAUSE = re.compile(r"[.;!?](?=\s|$)")
+_FUNCTION_WORDS = {"to", "from", "with", "in", "on", "into", "the", "a", "an", "at", "under", "of", "for", "by",
+                   "around", "up", "down", "out", "onto", "off", "some", "your", "my", "and", "then", "it"}
+_FAILED = re.compile(r"nothing happens|you can't|you cannot|can't see|don't see|not a verb|didn't understand"
+                     r"|don't understand|no known action|not clear how|invalid action|unknown action|not possible"
+                     r"|ambiguous request|that's not|no such", re.I)
 
 
 @dataclass(frozen=True)
-class GrammarLabeller:
-    """Flags quoted commands whose first word is not a verb of ``benchmark``."""
+class SourceRecord:
+    """A record an abstraction was synthesised from, as the labeller reads it."""
+
+    instruction: str
+    steps: tuple[tuple[str, str], ...]  # (action, observation)
+    success: bool
+
+    @classmethod
+    def of(cls, record: Any) -> SourceRecord:
+        """From a stored :class:`~ap_gym.memory.store.Record` (or a mapping like one)."""
+        get = record.get if isinstance(record, Mapping) else lambda k, d=None: getattr(record, k, d)
+        steps = []
+        for s in get("steps", []) or []:
+            if isinstance(s, Mapping):
+                steps.append((str(s.get("action", "")), str(s.get("observation", ""))))
+            else:
+                steps.append((str(s[0]), str(s[1])))
+        return cls(str(get("instruction", "")), tuple(steps), bool(get("success", False)))
+
+    def text(self) -> str:
+        return " ".join([self.instruction, *(f"{a} {o}" for a, o in self.steps)]).lower()
+
+
+@dataclass(frozen=True)
+class Label:
+    """A labeller's verdict: flagged or not, and why (one reason per rule that fired)."""
+
+    flagged: bool
+    reasons: tuple[str, ...] = ()
+
+
+class Labeller(Protocol):
+    """Labels one abstraction given its source records (possibly none)."""
+
+    def __call__(self, text: str, sources: Sequence[SourceRecord] = ()) -> Label: ...
+
+
+@dataclass(frozen=True)
+class Command:
+    text: str          # normalised: lower case, single spaces
+    verb: str
+    negated: bool
+    bracketed: bool
+
+
+def _norm(text: str) -> str:
+    text = " ".join(text.lower().split()).strip(" .,:;!?")
+    m = re.match(r"^put (.+?) (?:in/on|in|on|into|onto) (.+)$", text)  # ALFWorld's old syntax
+    return f"move {m.group(1)} to {m.group(2)}" if m else text
+
+
+def commands_in(text: str) -> list[Command]:
+    """The commands an abstraction quotes (see the module docstring), with whether each
+    sits in a negated clause."""
+    found: list[Command] = []
+    start = 0
+    for clause_end in [m.start() for m in _CLAUSE.finditer(text)] + [len(text)]:
+        clause = text[start:clause_end + 1]
+        spans: list[tuple[int, str, bool]] = []
+        for m in _QUOTED.finditer(clause):
+            inner = next(g for g in m.groups() if g is not None).strip()
+            spans.append((m.start(), inner, bool(_BRACKETED.fullmatch(inner))))
+        for m in _BRACKETED.finditer(clause):
+            if not any(s <= m.start() < s + len(t) + 2 for s, t, _ in spans):
+                spans.append((m.start(), m.group(0), True))
+        for pos, inner, bracketed in sorted(spans):
+            if bracketed:
+                verb = _BRACKETED.fullmatch(inner).group(1).lower()  # type: ignore[union-attr]
+            else:
+                words = inner.lower().split()
+                if not words or words[0] not in ACTION_WORDS or len(words) > 10:
+                    continue  # an object, a name or a query: not a command
+                verb = words[0]
+            negated = bool(_NEGATION.search(clause[:pos]))
+            found.append(Command(_norm(inner), verb, negated, bracketed))
+        start = clause_end + 1
+    return found
+
+
+@dataclass(frozen=True)
+class EnvironmentLabeller:
+    """The built-in protocol: grammar, absent objects, contradicted claims (module docstring)."""
 
     benchmark: str
 
-    def __call__(self, text: str) -> bool:
+    def __call__(self, text: str, sources: Sequence[SourceRecord] = ()) -> Label:
+        reasons: list[str] = []
         verbs = VERBS.get(self.benchmark)
-        if not verbs:
-            return False
-        for match in _QUOTED.finditer(text):
-            words = match.group(1).strip().lower().split()
-            if 1 <= len(words) <= 8 and words[0] not in verbs:
-                return True
-        return False
+        commands = commands_in(text)
+        shop = self.benchmark in ("shop", "webshop")
+        if verbs:
+            for c in commands:
+                if c.verb not in verbs or (shop and not c.bracketed):
+                    reasons.append(f"grammar: {c.text!r} is not a {self.benchmark} command")
+        if sources:
+            world = " ".join(s.text() for s in sources)
+            reasons += self._absent(text, commands, world, shop)
+            reasons += self._contradicted(commands, sources)
+        return Label(bool(reasons), tuple(dict.fromkeys(reasons)))
+
+    def _absent(self, text: str, commands: list[Command], world: str, shop: bool) -> list[str]:
+        out = []
+        if self.benchmark == "alfworld":
+            for name, number in _NUMBERED.findall(text):
+                obj = f"{name.lower()} {number}"
+                if obj not in world:
+                    out.append(f"absent: {obj!r} is in no source record's world")
+        if shop:
+            for pid in _PRODUCT.findall(text):
+                if pid.lower() not in world:
+                    out.append(f"absent: product {pid} is in no source record")
+            for c in commands:
+                target = c.text[c.text.index("[") + 1:-1].strip() if c.verb == "click" and "[" in c.text else None
+                if target and f"[{target}]" not in world and target not in world:
+                    out.append(f"absent: no source record shows a {target!r} button")
+            return out
+        for c in commands:
+            if self.benchmark == "alfworld" or c.bracketed:
+                continue
+            words = [w for w in re.findall(r"[a-z]+", c.text)[1:] if w not in _FUNCTION_WORDS]
+            missing = [w for w in words if w not in world and w not in ACTION_WORDS]
+            if missing:
+                out.append(f"absent: {c.text!r} names {', '.join(missing)}, in no source record's world")
+        return out
+
+    @staticmethod
+    def _contradicted(commands: list[Command], sources: Sequence[SourceRecord]) -> list[str]:
+        out = []
+        for c in commands:
+            results = [(s.success, bool(_FAILED.search(o[:300]))) for s in sources for a, o in s.steps
+                       if _norm(a) == c.text]
+            if not results:
+                continue
+            if not c.negated and all(failed for _, failed in results):
+                out.append(f"contradicted: {c.text!r} failed every time the source records issued it")
+            if c.negated and any(success and not failed for success, failed in results):
+                out.append(f"contradicted: forbids {c.text!r}, which a successful source record used")
+        return out
+
+
+#: The labeller's name before it checked objects and claims; the same protocol now.
+GrammarLabeller = EnvironmentLabeller
+
+
+@dataclass(frozen=True)
+class JudgeLabeller:
+    """An LLM judge through its own backbone: it sees the source records and the
+    abstraction and answers whether following the abstraction would mislead an agent.
+
+    Args:
+        backbone: any backbone with ``generate`` (a stronger model than the actor's, ideally).
+        benchmark: named in the prompt.
+        max_new_tokens: room for the one-word verdict.
+    """
+
+    backbone: Any
+    benchmark: str
+    max_new_tokens: int = 4
+
+    def __call__(self, text: str, sources: Sequence[SourceRecord] = ()) -> Label:
+        from ap_gym.backbones.base import GenerationConfig
+        from ap_gym.policies.prompting import load_prompt
+
+        records = "\n\n".join(
+            f"[{i + 1}] Task: {s.instruction}\nOutcome: {'success' if s.success else 'failure'}\n"
+            + "\n".join(f"> {a}\n  {o}" for a, o in s.steps) for i, s in enumerate(sources)) or "(none)"
+        prompt = load_prompt("audit_judge").format(benchmark=self.benchmark, records=records, text=text)
+        answer = self.backbone.generate([{"role": "user", "content": prompt}],
+                                        GenerationConfig(max_new_tokens=self.max_new_tokens)).text
+        verdict = answer.strip().lower()
+        flagged = verdict.startswith(("yes", "erroneous", "wrong"))
+        return Label(flagged, (f"judge: {answer.strip()[:80]}",) if flagged else ())
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """Flags what any of ``labellers`` flags (the rules, then a judge, say)."""
+
+    labellers: Sequence[Labeller]
+
+    def __call__(self, text: str, sources: Sequence[SourceRecord] = ()) -> Label:
+        labels = [lab(text, sources) for lab in self.labellers]
+        return Label(any(x.flagged for x in labels), tuple(r for x in labels for r in x.reasons))
+
+
+# ----------------------------------------------------------------------- the audit
+@dataclass(frozen=True)
+class Invocation:
+    """One synthesis call's output: its text, the stored abstractions in the prompts of the
+    records it came from (its parents), and whether it was admitted (stored)."""
+
+    text: str
+    parents: tuple[int, ...]
+    admitted: bool
+    sources: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class AuditRow:
+    """One setting's audit, with every count behind its rates."""
+
     setting: str
     abstractions: int
     flagged: int
@@ -67,6 +285,11 @@ class AuditRow:
     without_flagged_parent: int
     flagged_given_no_flagged_parent: int
     rejected: int
+    invocations: int = 0
+    exposed_invocations: int = 0
+    flagged_exposed_invocations: int = 0
+    admitted_invocations: int = 0
+    reasons: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def rate_exposed(self) -> float:
@@ -83,24 +306,59 @@ class AuditRow:
 
     @property
     def q(self) -> float:
-        return self.with_flagged_parent / self.abstractions if self.abstractions else float("nan")
+        """Share of synthesis invocations exposed to a flagged parent."""
+        return self.exposed_invocations / self.invocations if self.invocations else float("nan")
 
     @property
     def alpha(self) -> float:
-        return self.rate_exposed
+        """Flagged-output rate among exposed invocations, admitted or not."""
+        return self.flagged_exposed_invocations / self.exposed_invocations if self.exposed_invocations else float("nan")
 
     @property
     def eta(self) -> float:
-        invocations = self.abstractions + self.rejected
-        return self.abstractions / invocations if invocations else float("nan")
+        """Admission probability: admitted invocations over all."""
+        return self.admitted_invocations / self.invocations if self.invocations else float("nan")
 
 
-def audit(setting: str, abstractions: Sequence[Abstraction], labeller: Callable[[str], bool],
-          rejected: int = 0) -> AuditRow:
-    """The audit table row of one setting's stored abstractions (inactive ones included)."""
-    flags = {a.id: bool(labeller(a.text)) for a in abstractions}
+def audit(setting: str, abstractions: Sequence[Any], labeller: Callable[..., Any], rejected: int | Iterable[Invocation] = 0,
+          sources: Mapping[int, SourceRecord] | None = None) -> AuditRow:
+    """The audit row of one setting.
+
+    Args:
+        abstractions: the stored abstractions (inactive ones included), with provenance.
+        labeller: a :class:`Labeller` (or a plain ``(text) -> bool``).
+        rejected: the invocations the admission filter rejected (or just their count,
+            when their parents are unknown: they then count as unexposed).
+        sources: the records by id, for labellers that check provenance.
+    """
+    sources = sources or {}
+
+    def label(text: str, source_ids: Sequence[int]) -> Label:
+        try:
+            result = labeller(text, [sources[i] for i in source_ids if i in sources])
+        except TypeError:  # a plain (text) -> bool labeller
+            result = labeller(text)
+        return result if isinstance(result, Label) else Label(bool(result))
+
+    labels = {a.id: label(a.text, a.sources) for a in abstractions}
+    flags = {i: lab.flagged for i, lab in labels.items()}
     exposed = [a for a in abstractions if any(flags.get(p, False) for p in a.parents)]
     unexposed = [a for a in abstractions if a not in exposed]
+    invocations = [Invocation(a.text, tuple(a.parents), True, tuple(a.sources)) for a in abstractions]
+    if isinstance(rejected, int):
+        invocations += [Invocation("", (), False)] * rejected
+        rejected_labels = [Label(False)] * rejected
+    else:
+        extra = list(rejected)
+        invocations += extra
+        rejected_labels = [label(inv.text, inv.sources) for inv in extra]
+    all_labels = [labels[a.id] for a in abstractions] + rejected_labels
+    inv_exposed = [(inv, lab) for inv, lab in zip(invocations, all_labels, strict=True)
+                   if any(flags.get(p, False) for p in inv.parents)]
+    reasons: dict[str, int] = {}
+    for lab in labels.values():
+        for kind in {r.split(":")[0] for r in lab.reasons}:
+            reasons[kind] = reasons.get(kind, 0) + 1
     return AuditRow(
         setting=setting,
         abstractions=len(abstractions),
@@ -109,5 +367,10 @@ def audit(setting: str, abstractions: Sequence[Abstraction], labeller: Callable[
         flagged_given_flagged_parent=sum(flags[a.id] for a in exposed),
         without_flagged_parent=len(unexposed),
         flagged_given_no_flagged_parent=sum(flags[a.id] for a in unexposed),
-        rejected=rejected,
+        rejected=len(invocations) - len(abstractions),
+        invocations=len(invocations),
+        exposed_invocations=len(inv_exposed),
+        flagged_exposed_invocations=sum(lab.flagged for _, lab in inv_exposed),
+        admitted_invocations=len(abstractions),
+        reasons=reasons,
     )

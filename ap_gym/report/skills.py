@@ -50,9 +50,10 @@ def export_skills(run_dir: str | Path, policy: str, out: str | Path, *, benchmar
     directory = matches[0]
     stored = [a for a in load_abstractions(directory) if a.active or not active_only]
     good, _ = read_lines(directory / "episodes.jsonl")
-    filtered = [{"text": text, "iteration": x["iteration"], "task_id": x["task_id"]}
+    filtered = [{"text": item["text"] if isinstance(item, dict) else str(item), "iteration": x["iteration"],
+                 "task_id": x["task_id"]}
                 for x in good if x["phase"] == "train"
-                for text in x.get("policy_info", {}).get("rejected_abstractions", [])]
+                for item in x.get("policy_info", {}).get("rejected_abstractions", [])]
     data = {
         "format": FORMAT,
         "run": str(run_dir),

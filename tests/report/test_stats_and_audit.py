@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 from ap_gym.memory.store import Abstraction
-from ap_gym.report.audit import GrammarLabeller, audit
+from ap_gym.report.audit import EnvironmentLabeller, Invocation, SourceRecord, audit, commands_in
 from ap_gym.report.stats import holm, paired_stats
 
 
@@ -34,12 +34,56 @@ def test_paired_statistics_match_scipy():
     assert math.isnan(paired_stats({"a": 1.0}, {"b": {"a": 0.5}})[0].t_p)
 
 
-def test_grammar_labeller():
-    label = GrammarLabeller("scienceworld")
-    assert label('Always "grab the thermometer" first.')
-    assert not label('Use "pick up thermometer" then "focus on water".')
-    assert not label("Heat the water slowly.")  # nothing quoted: not flagged (not "correct")
-    assert GrammarLabeller("textworld")("Type `teleport to kitchen`.")
+def test_grammar_rule_reads_commands_not_style():
+    label = EnvironmentLabeller("scienceworld")
+    assert label('Always "grab the thermometer" first.').flagged
+    assert not label('Use "pick up thermometer" then "focus on water".').flagged
+    assert not label("Heat the water slowly.").flagged  # nothing quoted: not flagged (not "correct")
+    assert EnvironmentLabeller("textworld")("Type `teleport to kitchen`.").flagged
+    alf = EnvironmentLabeller("alfworld")
+    # apostrophes inside words open no quote; quoted objects and queries are not commands
+    assert not alf("Don't open the fridge if it's closed; use 'cool apple 1 with fridge 1'.").flagged
+    assert not alf("Check the 'countertop' and the 'diningtable' first.").flagged
+    assert not EnvironmentLabeller("shop")("Search for 'waterproof hiking boots' with search[boots].").flagged
+    assert EnvironmentLabeller("shop")("Buy with 'purchase[b0abc12345]'.").flagged
+    assert [c.negated for c in commands_in("Use 'take keycard', not 'take key'.")] == [False, True]
+
+
+def test_objects_and_claims_are_checked_against_the_source_records():
+    failed = SourceRecord("heat some egg", (("take egg 1 from fridge 1", "Nothing happens."),
+                                            ("heat egg 1 with stoveburner 1", "Nothing happens.")), False)
+    won = SourceRecord("heat some egg", (("heat egg 1 with microwave 1", "You heat the egg 1 using the microwave 1."),),
+                       True)
+    alf = EnvironmentLabeller("alfworld")
+    assert alf("Use 'heat egg 1 with stoveburner 1'.", [failed]).reasons[0].startswith("contradicted")
+    assert alf("Never use 'heat egg 1 with microwave 1'.", [won]).reasons[0].startswith("contradicted: forbids")
+    assert alf("Look in drawer 7 first.", [won]).reasons[0].startswith("absent")
+    assert not alf("Use 'heat egg 1 with microwave 1'.", [won, failed]).flagged
+    assert not alf("Look in drawer 7 first.").flagged  # no provenance: nothing to check against
+    sw = EnvironmentLabeller("scienceworld")
+    frog = SourceRecord("find an animal", (("focus on frog", "You focus on the frog."),), True)
+    assert sw("Use 'focus on dog'.", [frog]).flagged and not sw("Use 'focus on frog'.", [frog]).flagged
+
+
+def test_the_fixture_set_is_labelled_and_the_labeller_measured_on_it():
+    """At least 60 abstractions across the benchmarks, each erroneous or not with a reason;
+    the labeller runs on every one (its precision and recall are in RESULTS.md)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "audit_labeller.py"
+    spec = importlib.util.spec_from_file_location("audit_labeller", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sources, items = module.load()
+    assert len(items) >= 60 and {x["benchmark"] for x in items} == {"alfworld", "scienceworld", "textworld", "shop"}
+    assert all(x["reason"] and isinstance(x["erroneous"], bool) for x in items)
+    assert len({x["id"] for x in items}) == len(items)
+    rows = [(x["erroneous"], EnvironmentLabeller(x["benchmark"])(x["text"], [sources[s] for s in x["sources"]]).flagged)
+            for x in items]
+    score = module.score(rows)
+    assert score["tp"] + score["fn"] == sum(x["erroneous"] for x in items)
+    assert score["tp"] > 0 and score["tn"] > 0  # it flags some and clears some: not a constant
 
 
 def _abs(aid, text, parents):
@@ -63,4 +107,16 @@ def test_audit_on_a_hand_built_store():
     assert (row.without_flagged_parent, row.flagged_given_no_flagged_parent) == (4, 2)
     assert row.rate_exposed == pytest.approx(2 / 3) and row.rate_unexposed == pytest.approx(0.5)
     assert row.gap == pytest.approx(2 / 3 - 0.5)
-    assert row.q == pytest.approx(3 / 7) and row.alpha == pytest.approx(2 / 3) and row.eta == pytest.approx(0.7)
+    # per invocation: 7 admitted + 3 rejected of unknown provenance (unexposed)
+    assert (row.invocations, row.exposed_invocations, row.flagged_exposed_invocations) == (10, 3, 2)
+    assert row.q == pytest.approx(3 / 10) and row.alpha == pytest.approx(2 / 3) and row.eta == pytest.approx(0.7)
+
+
+def test_alpha_counts_rejected_outputs_too():
+    store = [_abs(1, "bad", []), _abs(2, "good", [1])]
+    rejected = [Invocation("bad", (1,), False), Invocation("bad", (1,), False), Invocation("good", (), False)]
+    row = audit("s", store, lambda text: text == "bad", rejected)
+    # exposed invocations: abstraction 2 (good) and two rejected (bad): alpha = 2/3, not 0/1
+    assert (row.exposed_invocations, row.flagged_exposed_invocations) == (3, 2)
+    assert row.alpha == pytest.approx(2 / 3) and row.rate_exposed == 0.0
+    assert row.eta == pytest.approx(2 / 5) and row.q == pytest.approx(3 / 5)
