@@ -279,3 +279,23 @@ def test_corrective_mode_takes_b_failures_and_one_success(tiny_backbone, embedde
     ep = ap_gym.run_episode(Tasks(), policy.eval(), task_id="c/7", max_steps=1)
     records = policy.trajectories.get(ep.policy_info["retrieved_records"])
     assert sum(not r.success for r in records) == 5 and sum(r.success for r in records) == 1
+
+
+@pytest.mark.parametrize("exclude", [False, True])
+def test_same_task_records_are_counted_and_can_be_excluded_in_training(exclude, tiny_backbone, embedder, tmp_path):
+    """Training repeats tasks, so retrieval can show a task its own earlier record; the
+    count is in policy_info, and exclude_same_task leaves those records out while training."""
+    policy = make_policy("trajectory", tiny_backbone, embedder=embedder, agent=GEN,
+                         memory={**SYN, "exclude_same_task": exclude}, db_path=tmp_path / "t.sqlite")
+    episodes = train(policy, 12)  # each of the 6 training tasks twice
+    second = episodes[6:]
+    own = [e.policy_info["same_task_records_retrieved"] for e in second]
+    if exclude:
+        assert own == [0] * 6
+        for e in second:
+            assert all(r.task_id != e.task_id for r in policy.trajectories.get(e.policy_info["retrieved_records"]))
+    else:
+        assert all(n >= 1 for n in own)  # budget 5 of 6+ records: the near-identical own record is among them
+    policy.eval()
+    ep = ap_gym.run_episode(Tasks(), policy, task_id="c/1", max_steps=1)
+    assert ep.policy_info["same_task_records_retrieved"] >= 1  # held-out (eval) is never filtered
