@@ -234,7 +234,7 @@ def main() -> None:
     print(f"\naudit of the seeded store: {seeded.seeded_flagged}/{seeded.seeded} flagged = "
           f"{seeded.seeded_flagged / seeded.seeded:.2f} (Wilson 95% [{low:.2f}, {high:.2f}]); injected {args.share:.2f}")
     header = ("policy", "held-out success", "bought at once", "wrong guidance shown", "new abstractions",
-              "wrong | exposed", "wrong | unexposed", "q", "alpha", "eta", "wrong seeded still active")
+              "wrong given exposed", "wrong given unexposed", "q", "alpha", "eta", "wrong seeded still active")
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for o in outcomes:
         cells = [o.policy, f"{o.heldout_success:.2f}", f"{o.heldout_bought_at_once:.2f}", f"{o.heldout_wrong_guidance:.2f}",
