@@ -38,10 +38,12 @@ $(VLLM_STAMP):
 	$(VLLM)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
-# The paper's protocol on a small grid (benchmarks/smoke.yaml), then its report.
+# The paper's protocol on a small grid with the packaged model (benchmarks/smoke.yaml) and
+# its report, then the injection study at demo scale (a scripted backbone: the mechanism).
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/ap-gym run benchmarks/smoke.yaml
 	HF_HUB_OFFLINE=1 $(BIN)/ap-gym report results/smoke
+	HF_HUB_OFFLINE=1 $(BIN)/ap-gym injection --iterations 2 --train-per-iter 30 --heldout 30 --out results/injection
 
 test: $(STAMP) $(VLLM_STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q

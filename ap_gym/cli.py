@@ -173,6 +173,15 @@ def _cmd_skills(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_injection(args: argparse.Namespace) -> int:
+    from ap_gym.injection import LABEL, run_study
+
+    run_study(args.out, share=args.share, rules=args.rules, iterations=args.iterations,
+              train_per_iter=args.train_per_iter, heldout=args.heldout, error_rate=args.error_rate)
+    print(f"{LABEL}\nreport: {args.out}/report.md, {args.out}/curves.png")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from ap_gym.backbones.server import serve
 
@@ -243,6 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--active-only", action="store_true", help="leave out abstractions maintenance deactivated")
     p.add_argument("--out", default="skills.json")
     p.set_defaults(func=_cmd_skills)
+
+    p = sub.add_parser("injection", help="the injection study: known wrong rules, a scripted backbone, every design")
+    p.add_argument("--share", type=float, default=0.3, help="share of wrong rules among the seeded ones")
+    p.add_argument("--rules", type=int, default=20)
+    p.add_argument("--iterations", type=int, default=3)
+    p.add_argument("--train-per-iter", type=int, default=50)
+    p.add_argument("--heldout", type=int, default=100)
+    p.add_argument("--error-rate", type=float, default=0.05)
+    p.add_argument("--out", default="results/injection")
+    p.set_defaults(func=_cmd_injection)
 
     p = sub.add_parser("serve", help="serve a transformers model over an OpenAI-compatible HTTP API")
     p.add_argument("--model", default="default", help="default (packaged SmolLM2), a model dir, or a .gguf")

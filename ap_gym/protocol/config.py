@@ -24,7 +24,7 @@ __all__ = ["EXECUTION_KEYS", "ConfigError", "PolicySpec", "RunConfig", "import_m
 
 #: config keys that change how or where a run executes, not what it computes: a run may
 #: be resumed with other values (say, started locally and finished on Ray, or moved).
-EXECUTION_KEYS = frozenset({"workers", "executor", "ray_address", "lanes", "out", "serving"})
+EXECUTION_KEYS = frozenset({"workers", "executor", "ray_address", "lanes", "out", "serving", "description"})
 #: A backbone spec ``served:<model>``: the model is named in the config, its URL given at run time.
 SERVED = "served:"
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
@@ -96,6 +96,7 @@ class RunConfig(BaseModel):
 
     Attributes:
         name: the run's directory name under ``out``.
+        description: what the run shows and what it cannot; the report opens with it.
         imports: modules to import first (in the driver and every worker) to register
             a user's envs and policies.
         benchmarks: short names (``textworld``, ``scienceworld``, ...) or registered env ids.
@@ -150,6 +151,7 @@ class RunConfig(BaseModel):
     train_per_iter: int = Field(default=50, ge=0)
     heldout: int | None = Field(default=None, ge=1)
     eval_before_training: bool = False
+    description: str = ""
     max_steps: int = Field(default=50, ge=1)
     workers: int = Field(default=1, ge=1)
     executor: Literal["local", "ray"] = "local"

@@ -144,6 +144,8 @@ def write_report(runs: Sequence[str | Path], out: str | Path | None = None, benc
           "(greedy decoding: the seed reaches no sampling), so its ± 0.0 is not a measured spread.", ""]
     if note:
         md += [note, ""]
+    descriptions = [load_config(run)["config"].get("description") for run in runs]
+    md[1:1] = ["", *[d.strip() for d in descriptions if d]] if any(descriptions) else []
 
     rows = []
     for m in methods:

@@ -68,7 +68,10 @@ class _Process:
     def __init__(self, config: RunConfig, first: EvalJob, threads: int) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child, config, first, threads), daemon=True,
+        # Not daemonic: a worker starts processes of its own (game generation's helper,
+        # ALFWorld's engine), which daemonic processes may not. It still dies with the
+        # driver (the parent-death signal) and is stopped by close().
+        self.process = ctx.Process(target=_serve, args=(child, config, first, threads), daemon=False,
                                    name="ap-gym-worker")
         self.process.start()
         child.close()

@@ -109,3 +109,17 @@ def test_sigterm_and_sigint_stop_cleanly_and_say_how_to_resume(tmp_path, sig):
                                    clean_overrides={"workers": 1})
     err = proc.stderr.read()
     assert proc.returncode == 130 and "run the same command again to resume" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_workers_generate_games_and_start_engines_from_an_empty_cache(tmp_path, monkeypatch):
+    """A worker process starts processes of its own: game generation's helper (an empty
+    cache, as on a fresh machine) and ALFWorld's engine process. Daemonic workers could not
+    ("daemonic processes are not allowed to have children"): make demo failed on a fresh cache."""
+    monkeypatch.setenv("AP_GYM_CACHE", str(tmp_path / "cache"))
+    data = config(tmp_path / "out", benchmarks=["textworld", "alfworld"], policies=["walkthrough"],
+                  iterations=1, train_per_iter=0, heldout=2, workers=2, max_steps=50)
+    run_dir = run(RunConfig.from_dict(data), progress=False)
+    results = eval_results(run_dir)
+    assert len(results) == 4 and all(success for _, success, _ in results.values())
+    assert any((tmp_path / "cache").rglob("game.z8")) and any((tmp_path / "cache").rglob("game.tw-pddl"))
