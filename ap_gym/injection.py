@@ -308,15 +308,20 @@ def plot(outcomes: Sequence[Outcome], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for o in outcomes:
+    styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-"), ("P", "--"), ("X", ":"), ("*", "-.")]
+    for k, o in enumerate(outcomes):  # markers and dashes tell overlapping lines apart
         iters = sorted(o.curve)
-        axes[0].plot(iters, [100 * o.curve[i][0] for i in iters], marker="o", label=o.policy)
-        axes[1].plot(iters, [100 * o.curve[i][1] for i in iters], marker="o", label=o.policy)
+        marker, dash = styles[k % len(styles)]
+        for ax, j in ((axes[0], 0), (axes[1], 1)):
+            ax.plot(iters, [100 * o.curve[i][j] for i in iters], marker=marker, linestyle=dash, label=o.policy,
+                    markersize=8 - k * 0.5, alpha=0.85)
     axes[0].set_ylabel("held-out success (%)")
     axes[1].set_ylabel("held-out episodes that bought at once (%)")
     for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("iteration (-1: seeded memory, before training)")
         ax.set_ylim(-3, 103)
     axes[0].legend(fontsize=7)

@@ -49,3 +49,19 @@ def test_cli_report_and_run_table(tiny_run, capsys):
     assert (tiny_run / "r2" / "report.md").exists()
     summary = json.loads((tiny_run / "summary.json").read_text())
     assert len(summary["final"]) == 4 * 2
+
+
+@pytest.mark.slow
+def test_the_demo_run_shows_its_range_and_says_what_it_shows(tmp_path):
+    """make demo's first part (benchmarks/smoke.yaml, the tiny backbone here): the floors run
+    beside the designs and the report opens with what the run shows and what it cannot."""
+    from pathlib import Path
+
+    smoke = Path(__file__).resolve().parents[2] / "benchmarks" / "smoke.yaml"
+    config = RunConfig.from_file(smoke, backbone="tiny", out=str(tmp_path), iterations=1, workers=1)
+    out = write_report([run(config, progress=False)])
+    text = (out / "report.md").read_text()
+    assert text.index("**What this run shows.**") < text.index("## Table 1")
+    rows = {r.split(",")[0]: r.split(",")[1] for r in (out / "final_success.csv").read_text().splitlines()[1:]}
+    assert set(rows) == {"random", "walkthrough", "no_memory", "trajectory", "abstraction", "anti_persistence"}
+    assert rows["walkthrough"].startswith("100.0")  # the ceiling of these tasks
