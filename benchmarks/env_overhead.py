@@ -1,27 +1,36 @@
 """Wrapped env versus raw engine: time per step on the same actions, in one run.
 
-For each benchmark, replay the gold paths of held-out tasks twice per round, once
-through the raw engine and once through ``gym.make("ap_gym/...")`` (TimeLimit and
-Gymnasium's checker included), alternating to cancel drift, admissible commands off.
-Only steps are timed; resets are not. Prints per-step times and the wrapped/raw ratio.
+For each benchmark, the gold paths of held-out tasks are replayed through the raw engine
+and through ``gym.make("ap_gym/...")`` (TimeLimit and Gymnasium's checker included),
+admissible commands off. Both sides first replay every path once untimed (equal warm-up:
+each has its own engine, JVM or process); then ``--rounds`` rounds, the order alternating
+raw-wrapped, wrapped-raw (ABBA). Only steps are timed; resets are not. Prints, per side,
+the median and min-max of the per-round ms per step, and the median and min-max of the
+per-round wrapped/raw ratio.
 
-    python benchmarks/env_overhead.py [--tasks 6] [--rounds 3]
+    python benchmarks/env_overhead.py [--tasks 6] [--rounds 6] [--only scienceworld]
 
-ScienceWorld's "raw engine" is the JVM's own step/score/completed calls; the official
-Python wrapper's ``step`` (which also fetches look, inventory and the valid actions on
-every step) is timed too, for reference. ALFWorld's raw engine is TextWorld's PDDL env
-with alfworld's own wrappers (which always compute admissible commands); the time to
-generate a game into a fresh cache is printed too.
+ScienceWorld's raw engine is the JVM's own step/score/completed calls. ALFWorld's raw
+engine is TextWorld's PDDL env with alfworld's own wrappers, in this process; ap-gym's
+runs in a child process (recycled against its native leak), so its steps cross a pipe.
+The time to generate an ALFWorld game into a fresh cache is printed too.
 """
 
 from __future__ import annotations
 
 import argparse
+import platform
+import statistics
 import time
+from collections.abc import Callable
 
 import gymnasium as gym
 
 import ap_gym  # noqa: F401
+
+#: A side: ``start(task_id)`` resets to the task (untimed), ``step(action)`` steps and
+#: returns whether the episode ended.
+Side = tuple[Callable[[str], None], Callable[[str], bool]]
 
 
 def _until_done(env, tid: str) -> list[str]:
@@ -35,95 +44,99 @@ def _until_done(env, tid: str) -> list[str]:
     return plan
 
 
-def _time(fn, actions) -> float:
-    t = time.perf_counter()
-    for a in actions:
-        fn(a)
-    return time.perf_counter() - t
+def compare(plans: dict[str, list[str]], raw: Side, wrapped: Side, rounds: int) -> dict[str, list[float]]:
+    """Per-round ms per step of each side, after an equal untimed warm-up, order ABBA."""
 
-
-def _wrapped_step(env):
-    """env.step that tolerates an engine ending the episode a step early.
-
-    ScienceWorld is not deterministic across loads for a few tasks (animals move, plants
-    grow on their own clock), so a gold path can finish one step sooner than before.
-    """
-
-    def step(a):
-        if not step.done:
-            step.done = env.step(a)[2]
-
-    step.done = False
-    return step
-
-
-def _tw_raw_against_wrapped(env, plans: dict[str, list[str]], start_raw, rounds: int) -> dict[str, float]:
-    """Time each plan through a raw TextWorld engine (``start_raw(task_id)``) and the wrapped env."""
-    t_raw = t_wrap = 0.0
-    steps = 0
-    for _ in range(rounds):
+    def replay(side: Side) -> tuple[float, int]:
+        start, step = side
+        total, steps = 0.0, 0
         for tid, plan in plans.items():
-            raw = start_raw(tid)
-            raw.reset()
-            t_raw += _time(raw.step, plan)
-            raw.close()
-            env.reset(options={"task_id": tid})
-            t_wrap += _time(_wrapped_step(env), plan)
-            steps += len(plan)
-    env.close()
-    return {"steps": steps, "raw_ms": 1000 * t_raw / steps, "wrapped_ms": 1000 * t_wrap / steps}
+            start(tid)
+            t = time.perf_counter()
+            for a in plan:
+                steps += 1
+                if step(a):
+                    break
+            total += time.perf_counter() - t
+        return total, steps
+
+    replay(raw)
+    replay(wrapped)
+    out: dict[str, list[float]] = {"raw": [], "wrapped": []}
+    for r in range(rounds):
+        for name, side in ((("raw", raw), ("wrapped", wrapped)) if r % 2 == 0 else (("wrapped", wrapped), ("raw", raw))):
+            seconds, steps = replay(side)
+            out[name].append(1000 * seconds / steps)
+    return out
 
 
-def scienceworld(n_tasks: int, rounds: int) -> dict[str, float]:
+def _wrapped(env) -> Side:
+    """The wrapped env as a side. ScienceWorld is not deterministic across loads for a few
+    tasks (animals move, plants grow on their own clock), so a path may end a step early."""
+
+    def step(a: str) -> bool:
+        _, _, term, trunc, _ = env.step(a)
+        return term or trunc
+
+    return (lambda tid: env.reset(options={"task_id": tid})), step
+
+
+def _tw_raw(start_raw) -> Side:
+    """A raw TextWorld engine (``start_raw(task_id)``) as a side; its own done flag ends a path."""
+    current: dict[str, object] = {}
+
+    def start(tid: str) -> None:
+        if "env" in current:
+            current["env"].close()
+        current["env"] = start_raw(tid)
+        current["env"].reset()
+
+    def step(a: str) -> bool:
+        return bool(current["env"].step(a)[2])
+
+    return start, step
+
+
+def scienceworld(n_tasks: int, rounds: int) -> dict[str, list[float]]:
     from scienceworld import ScienceWorldEnv as Raw
 
     env = gym.make("ap_gym/ScienceWorld-v0", split="test", max_episode_steps=100_000)
     raw = Raw("", envStepLimit=10**9)
     tasks = env.unwrapped.task_ids("test")[:: max(1, 60 // n_tasks)][:n_tasks]
-    plans = {}
-    for tid in tasks:
-        plans[tid] = _until_done(env, tid)
-    t_raw = t_wrap = t_py = 0.0
-    steps = py_steps = 0
-    for _ in range(rounds):
-        for tid, plan in plans.items():
-            task, _, var = tid.rpartition("/")
-            raw.load(task, int(var), "", True)  # as the wrapped reset below: same world
-            raw.server.step("look around")
+    plans = {tid: _until_done(env, tid) for tid in tasks}
 
-            def raw_step(a, s=raw.server):
-                s.step(a)
-                s.getScore()
-                s.getCompleted()
+    def raw_start(tid: str) -> None:
+        task, _, var = tid.rpartition("/")
+        raw.load(task, int(var), "", True)  # as the wrapped reset: same world, a look first
+        raw.server.step("look around")
 
-            t_raw += _time(raw_step, plan)
-            env.reset(options={"task_id": tid, "walkthrough": True})
-            t_wrap += _time(_wrapped_step(env), plan)
-            steps += len(plan)
-        tid, plan = next(iter(plans.items()))  # the slow official step: one task a round
-        raw.load(tid.rpartition("/")[0], int(tid.rpartition("/")[2]), "", True)
-        raw.reset()
-        t_py += _time(raw.step, plan)
-        py_steps += len(plan)
-    env.close()
-    raw.close()
-    return {"steps": steps, "raw_ms": 1000 * t_raw / steps, "wrapped_ms": 1000 * t_wrap / steps,
-            "python_wrapper_ms": 1000 * t_py / py_steps}
+    def raw_step(a: str, s=raw.server) -> bool:
+        s.step(a)
+        s.getScore()
+        return bool(s.getCompleted())
+
+    try:
+        return compare(plans, (raw_start, raw_step), _wrapped(env), rounds)
+    finally:
+        env.close()
+        raw.close()
 
 
-def textworld(n_tasks: int, rounds: int) -> dict[str, float]:
+def textworld(n_tasks: int, rounds: int) -> dict[str, list[float]]:
     import textworld as tw
 
     env = gym.make("ap_gym/TextWorld-v0", split="test", admissible_commands=False, max_episode_steps=100_000)
     tasks = env.unwrapped.task_ids("test")[:: max(1, 20 // n_tasks)][:n_tasks]
-    plans = {}
-    for tid in tasks:
-        plans[tid] = _until_done(env, tid)
+    plans = {tid: _until_done(env, tid) for tid in tasks}
     infos = tw.EnvInfos(objective=True, score=True, max_score=True, won=True, lost=True, extras=["walkthrough"])
-    return _tw_raw_against_wrapped(env, plans, lambda tid: tw.start(str(env.unwrapped.game_path(tid)), infos), rounds)
+    try:
+        return compare(plans, _tw_raw(lambda tid: tw.start(str(env.unwrapped.game_path(tid)), infos)), _wrapped(env),
+                       rounds)
+    finally:
+        env.close()
 
 
-def alfworld(n_tasks: int, rounds: int) -> dict[str, float]:
+def alfworld(n_tasks: int, rounds: int) -> dict[str, list[float]]:
     """Also times generating games (planner check included) into a fresh cache."""
     import os
     import tempfile
@@ -149,29 +162,38 @@ def alfworld(n_tasks: int, rounds: int) -> dict[str, float]:
     env = gym.make("ap_gym/ALFWorld-v0", split="test", admissible_commands=False, max_episode_steps=100_000)
     plans = {spec.task_id: _until_done(env, spec.task_id) for spec in specs}
     infos = tw.EnvInfos(won=True, admissible_commands=True)
-    return {**_tw_raw_against_wrapped(env, plans, lambda tid: tw.start(
-        str(env.unwrapped.game_path(tid)), infos, wrappers=[AlfredDemangler(), AlfredInfos()]), rounds),
-        "generation_s": generation}
+    raw = _tw_raw(lambda tid: tw.start(str(env.unwrapped.game_path(tid)), infos,
+                                       wrappers=[AlfredDemangler(), AlfredInfos()]))
+    try:
+        return {**compare(plans, raw, _wrapped(env), rounds), "generation_s": [generation]}
+    finally:
+        env.close()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--only", choices=["scienceworld", "textworld", "alfworld"])
     args = parser.parse_args()
+    print(f"machine: {platform.processor() or platform.machine()}, {platform.system()} {platform.release()}, "
+          f"Python {platform.python_version()}; {args.tasks} tasks, {args.rounds} rounds (ABBA), equal warm-up")
+    print("| benchmark | raw ms/step (median, min-max) | wrapped ms/step (median, min-max) | "
+          "wrapped/raw (median of rounds, min-max) |")
+    print("|---|---|---|---|")
     runs = {"scienceworld": scienceworld, "textworld": textworld, "alfworld": alfworld}
-    print(f"{'benchmark':<14}{'steps':>7}{'raw ms/step':>13}{'wrapped ms/step':>17}{'wrapped/raw':>13}")
     for name, fn in runs.items():
         if args.only and name != args.only:
             continue
         r = fn(args.tasks, args.rounds)
-        print(f"{name:<14}{r['steps']:>7}{r['raw_ms']:>13.3f}{r['wrapped_ms']:>17.3f}{r['wrapped_ms'] / r['raw_ms']:>13.3f}")
+        ratios = [w / raw for w, raw in zip(r["wrapped"], r["raw"], strict=True)]
+
+        def cell(values: list[float]) -> str:
+            return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+        print(f"| {name} | {cell(r['raw'])} | {cell(r['wrapped'])} | {cell(ratios)} |")
         if "generation_s" in r:
-            print(f"{'':<14}(generating a game, planner check included: {r['generation_s']:.1f} s each)")
-        if "python_wrapper_ms" in r:
-            print(f"{'':<14}(ScienceWorld's own Python step: {r['python_wrapper_ms']:.1f} ms/step, "
-                  f"{r['python_wrapper_ms'] / r['wrapped_ms']:.0f}x ours)")
+            print(f"(ALFWorld: generating a game, planner check included: {r['generation_s'][0]:.1f} s each)")
 
 
 if __name__ == "__main__":
