@@ -18,6 +18,7 @@ specific to its engine:
 
 from __future__ import annotations
 
+import re
 import string
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -30,15 +31,31 @@ from gymnasium import spaces
 from ap_gym.errors import EnvInfrastructureError, UnknownTaskError
 
 __all__ = [
+    "FAILED_FEEDBACK",
     "MAX_TEXT_LENGTH",
     "PRINTABLE",
     "SPLITS",
     "StartResult",
     "StepResult",
     "TextEnv",
+    "failed_action",
     "sanitize_text",
     "text_space",
 ]
+
+#: Feedback that says an action did nothing, in the benchmarks' own words. Records keep
+#: these observations when compressed (corrective synthesis needs them most), and the
+#: audit reads a command that always drew them as one that failed.
+FAILED_FEEDBACK = re.compile(
+    r"nothing happens|you can't|you cannot|can't see|don't see|not a verb|didn't understand|don't understand"
+    r"|no known action|not clear how|invalid action|unknown action|not possible|isn't possible|ambiguous request"
+    r"|you need to|that's not|isn't open|not open|no such|not available", re.I)
+
+
+def failed_action(observation: str) -> bool:
+    """Whether an observation is the feedback of an action that did nothing."""
+    return bool(FAILED_FEEDBACK.search(observation[:300]))
+
 
 #: Every printable ASCII character including whitespace. Gymnasium's default Text
 #: charset is 62 alphanumerics, in which "go north" is not a valid action.

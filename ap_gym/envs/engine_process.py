@@ -27,12 +27,13 @@ from typing import Any
 
 from ap_gym.errors import EnvInfrastructureError
 
-__all__ = ["EngineProcess"]
+__all__ = ["EngineProcess", "die_with_parent"]
 
 _FOLLOWED = ("AP_GYM_CACHE", "XDG_CACHE_HOME", "HOME", "ALFWORLD_DATA")
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (no orphans after a SIGKILL)."""
     with contextlib.suppress(Exception):
         import ctypes
 
@@ -41,7 +42,7 @@ def _die_with_parent() -> None:
 
 def _serve(conn: Connection, factory: Callable[[], Any], env: dict[str, str | None]) -> None:
     """The child: build the engine, then answer ``(method, args)`` until ``None`` or EOF."""
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     for key, value in env.items():
         if value is not None:

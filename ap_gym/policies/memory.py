@@ -27,6 +27,7 @@ import numpy as np
 
 from ap_gym.backbones.base import GenerationConfig
 from ap_gym.backbones.embedders import Embedder
+from ap_gym.envs.base import FAILED_FEEDBACK, failed_action
 from ap_gym.errors import StoreError
 from ap_gym.memory.store import AbstractionStore, MemoryDB, OutcomeLog, Record, TrajectoryStore
 from ap_gym.types import Episode
@@ -75,12 +76,6 @@ class MemoryConfig:
         return cls(**options)
 
 
-#: Feedback that says an action did nothing, in the benchmarks' own words. These are the
-#: observations corrective synthesis needs most, so compression never drops them.
-FAILED_FEEDBACK = re.compile(
-    r"nothing happens|you can't|you cannot|can't see|don't see|not a verb|didn't understand|don't understand"
-    r"|no known action|not clear how|invalid action|unknown action|not possible|isn't possible|ambiguous request"
-    r"|you need to|that's not|isn't open|not open|no such|not available", re.I)
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
@@ -101,11 +96,6 @@ def _cut(text: str, tokens: int) -> str:
             return " ".join(out) + " [...]"
         out.append(w)
     return text
-
-
-def failed_action(observation: str) -> bool:
-    """Whether an observation is the feedback of an action that did nothing."""
-    return bool(FAILED_FEEDBACK.search(observation[:300]))
 
 
 def format_record(record: Record, max_tokens: int = 400) -> str:

@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ap_gym.envs.base import failed_action
+
 __all__ = ["VERBS", "AnyOf", "AuditRow", "EnvironmentLabeller", "GrammarLabeller", "Invocation", "JudgeLabeller",
            "Label", "Labeller", "SourceRecord", "audit", "commands_in"]
 
@@ -70,9 +72,7 @@ _NEGATION = re.compile(r"\b(?:never|don't|do not|dont|avoid|not|instead of|rathe
 _CLAUSE = re.compile(r"[.;!?](?=\s|$)")
 _FUNCTION_WORDS = {"to", "from", "with", "in", "on", "into", "the", "a", "an", "at", "under", "of", "for", "by",
                    "around", "up", "down", "out", "onto", "off", "some", "your", "my", "and", "then", "it"}
-_FAILED = re.compile(r"nothing happens|you can't|you cannot|can't see|don't see|not a verb|didn't understand"
-                     r"|don't understand|no known action|not clear how|invalid action|unknown action|not possible"
-                     r"|ambiguous request|that's not|no such", re.I)
+
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ class EnvironmentLabeller:
     def _contradicted(commands: list[Command], sources: Sequence[SourceRecord]) -> list[str]:
         out = []
         for c in commands:
-            results = [(s.success, bool(_FAILED.search(o[:300]))) for s in sources for a, o in s.steps
+            results = [(s.success, failed_action(o)) for s in sources for a, o in s.steps
                        if _norm(a) == c.text]
             if not results:
                 continue

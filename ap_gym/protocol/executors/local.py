@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 
+from ap_gym.envs.engine_process import die_with_parent
 from ap_gym.protocol.config import RunConfig
 from ap_gym.protocol.executors.base import EvalJob, EvalResult, infra_results
 from ap_gym.protocol.executors.worker import Worker
@@ -33,18 +34,9 @@ class WorkerFailed(RuntimeError):
     message carries the worker's traceback."""
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to kill this process when its parent dies (no orphaned workers)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _serve(conn: Connection, config: RunConfig, first: EvalJob, threads: int) -> None:
     """A worker process: warm up, then answer jobs until told to stop (``None``) or orphaned."""
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
     worker = Worker(config, Resources(), threads=threads)
     try:
