@@ -394,7 +394,9 @@ for _name, _bad in [("a string score", "10"), ("a NaN score", float("nan")), ("a
     fault("envs", _name)(_bad_score)
 
 
-def _jvm_fault(how: str) -> str:
+def _engine_fault(env_id: str, engine_pid: Callable[[Any], int], action: str, how: str) -> str:
+    """Kill (a native crash) or stop (a hang) an env's engine mid-episode: the step must
+    raise EnvInfrastructureError and the next reset must bring a new engine that steps."""
     import os
     import signal
 
@@ -402,52 +404,28 @@ def _jvm_fault(how: str) -> str:
 
     import ap_gym
 
-    env = gym.make("ap_gym/ScienceWorld-v0", split="test", engine_timeout_s=3)
+    env = gym.make(env_id, split="test", engine_timeout_s=3)
     try:
         task = env.unwrapped.task_ids("test")[0]
         env.reset(options={"task_id": task})
-        pid = env.unwrapped._engine._gateway.java_process.pid
-        os.kill(pid, signal.SIGSTOP if how == "stopped" else signal.SIGKILL)
+        os.kill(engine_pid(env.unwrapped), signal.SIGSTOP if how == "stopped" else signal.SIGKILL)
         try:
-            env.step("look around")
+            env.step(action)
         except ap_gym.EnvInfrastructureError:
             env.reset(options={"task_id": task})
-            return "handled|EnvInfrastructureError, then a new JVM"
+            env.step(action)
+            return "handled|EnvInfrastructureError, then a new engine"
         return "crash|the step returned"
     finally:
         env.close()
 
 
-fault("envs", "a killed ScienceWorld JVM", 120)(lambda: _jvm_fault("killed"))
-fault("envs", "a stopped (hung) ScienceWorld JVM", 120)(lambda: _jvm_fault("stopped"))
-
-
-def _alf_engine_fault(how: str) -> str:
-    import os
-    import signal
-
-    import gymnasium as gym
-
-    import ap_gym
-
-    env = gym.make("ap_gym/ALFWorld-v0", split="test", engine_timeout_s=3)
-    try:
-        task = env.unwrapped.task_ids("test")[0]
-        env.reset(options={"task_id": task})
-        os.kill(env.unwrapped._engine.pid, signal.SIGSTOP if how == "stopped" else signal.SIGKILL)
-        try:
-            env.step("look")
-        except ap_gym.EnvInfrastructureError:
-            env.reset(options={"task_id": task})
-            env.step("look")
-            return "handled|EnvInfrastructureError, then a new engine process"
-        return "crash|the step returned"
-    finally:
-        env.close()
-
-
-fault("envs", "a killed ALFWorld engine (native crash)", 120)(lambda: _alf_engine_fault("killed"))
-fault("envs", "a stopped (hung) ALFWorld engine", 120)(lambda: _alf_engine_fault("stopped"))
+for _how in ("killed", "stopped"):
+    fault("envs", f"a {_how} ScienceWorld JVM", 120)(
+        lambda how=_how: _engine_fault("ap_gym/ScienceWorld-v0", lambda e: e._engine._gateway.java_process.pid,
+                                       "look around", how))
+    fault("envs", f"a {_how} ALFWorld engine", 120)(
+        lambda how=_how: _engine_fault("ap_gym/ALFWorld-v0", lambda e: e._engine.pid, "look", how))
 
 
 # ------------------------------------------------------------------ runs killed and resumed
