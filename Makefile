@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 VLLM   := .vllm-venv
 VLLM_STAMP := $(VLLM)/.installed
 
-.PHONY: venv vllm-venv demo test test-vllm lint clean
+.PHONY: venv vllm-venv browser view-assets demo test test-vllm lint clean
 
 venv: $(STAMP)
 
@@ -45,11 +45,30 @@ demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/ap-gym report results/smoke
 	HF_HUB_OFFLINE=1 $(BIN)/ap-gym injection --iterations 2 --train-per-iter 30 --heldout 30 --out results/injection
 
-test: $(STAMP) $(VLLM_STAMP)
+# The browser tests drive Debian's Chromium through Playwright (no browser download is
+# possible): installed with apt when missing and this is root (CI), else say how.
+CHROMIUM ?= /usr/bin/chromium
+browser:
+	@test -x $(CHROMIUM) || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; \
+	  else echo "no Chromium at $(CHROMIUM): sudo apt-get install chromium (the browser tests are skipped without it)"; fi; }
+
+test: $(STAMP) $(VLLM_STAMP) browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 test-vllm: $(STAMP) $(VLLM_STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m vllm
+
+# The viewer's vendored front-end parts (committed, so installs and view time need no
+# network): re-fetched from the npm registry at the pinned version.
+UPLOT := 1.6.32
+view-assets:
+	rm -rf build/npm && mkdir -p build/npm
+	cd build/npm && npm pack --silent uplot@$(UPLOT) && tar xzf uplot-$(UPLOT).tgz
+	cp build/npm/package/dist/uPlot.iife.min.js build/npm/package/dist/uPlot.min.css ap_gym/view/static/vendor/
+	cp build/npm/package/LICENSE ap_gym/view/static/vendor/uPlot.LICENSE
 
 lint: $(STAMP)
 	$(BIN)/ruff check ap_gym tests benchmarks

@@ -2,7 +2,7 @@
 
 Commands: ``run`` (the protocol from a config), ``report`` (tables, plots, statistics,
 audit), ``list`` (envs, tasks), ``games`` (generate suites ahead of time), ``demo`` (a
-quick look at the agent and the floors), ``serve`` (an OpenAI-compatible server).
+quick look at the agent and the floors), ``serve`` (an OpenAI-compatible server), ``view`` (runs and episodes in a browser).
 """
 
 from __future__ import annotations
@@ -158,6 +158,20 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_view(args: argparse.Namespace) -> int:
+    from ap_gym.view import serve, write_static
+
+    try:
+        if args.static:
+            page = write_static(args.runs, args.static, rebuild=args.rebuild)
+            print(f"viewer bundle: {page} (open it from disk, or serve the directory)")
+            return 0
+        serve(args.runs, host=args.host, port=args.port, open_browser=args.open, rebuild=args.rebuild)
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
+        raise SystemExit(f"ap-gym view: {e}") from None
+    return 0
+
+
 def _cmd_skills(args: argparse.Namespace) -> int:
     from ap_gym.errors import APGymError
     from ap_gym.report.skills import export_skills
@@ -243,6 +257,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", default="anti_persistence",
                    help="the policy compared against every other one (default: anti_persistence)")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("view", help="browse runs, episodes, memory decisions and provenance in a browser")
+    p.add_argument("runs", nargs="+", help="run directories (each indexed once, in <run>/.view/)")
+    p.add_argument("--static", metavar="OUT_DIR", help="write a self-contained bundle instead of serving")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default loopback only)")
+    p.add_argument("--port", type=int, default=0, help="port (default: a free one, printed)")
+    p.add_argument("--open", action="store_true", help="open the page in the default browser")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the index even if it is current")
+    p.set_defaults(func=_cmd_view)
 
     p = sub.add_parser("skills", help="export one setting's admitted and filtered abstractions (frozen-skill layer)")
     p.add_argument("run", help="a run directory")

@@ -33,6 +33,7 @@ __all__ = [
     "load_abstractions",
     "load_config",
     "load_episodes",
+    "load_record_keys",
     "load_records",
     "read_lines",
     "setting_dirs",
@@ -248,5 +249,21 @@ def load_records(setting_dir: str | Path, ids: Any) -> dict[int, Any]:
     db = MemoryDB(path, readonly=True)
     try:
         return {r.id: r for r in TrajectoryStore(db).get(ids)}
+    finally:
+        db.close()
+
+
+def load_record_keys(setting_dir: str | Path) -> list[tuple[int, str, int]]:
+    """``(record id, task id, iteration)`` of every stored trajectory record (read-only):
+    how the viewer links a retrieved record back to the training episode it came from."""
+    from ap_gym.memory.store import MemoryDB
+
+    path = Path(setting_dir) / "memory.sqlite"
+    if not path.exists():
+        return []
+    db = MemoryDB(path, readonly=True)
+    try:
+        return [(int(i), str(t), int(it)) for i, t, it in
+                db.execute("SELECT id, task_id, iteration FROM trajectories ORDER BY id").fetchall()]
     finally:
         db.close()

@@ -1,0 +1,155 @@
+"""``ap-gym view``: runs, episodes, memory decisions and provenance in a browser.
+
+Why a memory design helped or hurt is in its episodes; this module makes them readable.
+:class:`~ap_gym.view.index.RunIndex` indexes a run once (cached beside it);
+:func:`create_app` serves a read-only JSON API and the single-page app in
+``ap_gym/view/static`` (plain JavaScript, uPlot for the curves, vendored: no network at
+view time); :func:`write_static` writes the same app with its data as a bundle that opens
+from disk (``file://``) or from any web server.
+
+Both modes answer the same questions through one client: the server pages and filters
+episodes in SQLite; the bundle carries the episode rows and filters them in the page,
+and keeps each episode's steps in a file of its own, read when it is opened.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ap_gym.view.index import FILTERS, RunIndex, curves
+
+__all__ = ["RunIndex", "Viewer", "create_app", "serve", "write_static"]
+
+
+def create_app(viewer: Viewer) -> Any:
+    """The read-only FastAPI app over ``viewer`` (see :mod:`ap_gym.view.app`)."""
+    from ap_gym.view.app import create_app as create
+
+    return create(viewer)
+
+STATIC = Path(__file__).parent / "static"
+
+
+class Viewer:
+    """The runs a viewer shows, each with its index, and the answers both modes serve."""
+
+    def __init__(self, runs: Sequence[str | Path], rebuild: bool = False) -> None:
+        if not runs:
+            raise ValueError("ap-gym view needs at least one run directory")
+        self.indexes = [RunIndex(r, rebuild=rebuild) for r in runs]
+        self._reports: dict[int, dict[str, Any]] = {}
+
+    def close(self) -> None:
+        for ix in self.indexes:
+            ix.close()
+
+    def index(self, k: int) -> RunIndex:
+        if not 0 <= k < len(self.indexes):
+            raise KeyError(f"no run {k}: this viewer shows {len(self.indexes)} run(s)")
+        return self.indexes[k]
+
+    def runs(self) -> list[dict[str, Any]]:
+        out = []
+        for k, ix in enumerate(self.indexes):
+            config = ix.meta.get("config") or {}
+            backbone = ix.meta.get("backbone")
+            out.append({"run": k, "path": str(ix.run), "name": ix.run.name,
+                        "description": config.get("description"), "version": ix.meta.get("ap_gym_version"),
+                        "backbone": backbone.get("identity") if isinstance(backbone, dict) else backbone,
+                        "policies": [p.get("label") for p in config.get("policies", [])]})
+        return out
+
+    def overview(self, k: int) -> dict[str, Any]:
+        ix = self.index(k)
+        settings = ix.settings()
+        return {"settings": settings, "curves": curves(settings), "facets": ix.facets(), "filters": list(FILTERS)}
+
+    def report(self, k: int) -> dict[str, Any]:
+        """The statistics and audit tables of ``ap-gym report`` for this run (computed once,
+        into the index's directory, and reused while the run is unchanged)."""
+        if k not in self._reports:
+            import csv
+
+            from ap_gym.report import write_report
+
+            ix = self.index(k)
+            out = ix.path.parent / "report"
+            stamp = out / ".signature"
+            signature = ix.conn.execute("SELECT value FROM meta WHERE key='signature'").fetchone()[0]
+            if not stamp.exists() or stamp.read_text() != signature:
+                write_report([ix.run], out=out)
+                stamp.write_text(signature)
+            tables = []
+            for name in ("final_success", "stats", "stats_other", "llm_calls", "modes", "denominators", "audit",
+                         "same_task"):
+                path = out / f"{name}.csv"
+                if path.exists():
+                    with open(path, newline="") as f:
+                        rows = list(csv.reader(f))
+                    if rows:
+                        tables.append({"name": name, "header": rows[0], "rows": rows[1:]})
+            self._reports[k] = {"tables": tables, "markdown": (out / "report.md").read_text()}
+        return self._reports[k]
+
+
+def serve(runs: Sequence[str | Path], host: str = "127.0.0.1", port: int = 0, open_browser: bool = False,
+          rebuild: bool = False) -> None:
+    """Index ``runs`` and serve the viewer until interrupted; port 0 takes a free port."""
+    import socket
+    import webbrowser
+
+    import uvicorn
+
+    viewer = Viewer(runs, rebuild=rebuild)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.bind((host, port))
+    url = f"http://{host}:{sock.getsockname()[1]}/"
+    print(f"ap-gym view: {url}  ({len(runs)} run(s); Ctrl-C stops)", flush=True)
+    if open_browser:
+        webbrowser.open(url)
+    from ap_gym.view.app import create_app
+
+    server = uvicorn.Server(uvicorn.Config(create_app(viewer), log_level="warning"))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        viewer.close()
+
+
+def _put(path: Path, key: str, payload: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(payload, separators=(",", ":")).replace("</", "<\\/")
+    path.write_text(f"APGYM_PUT({json.dumps(key)},{text});\n", encoding="utf-8")
+
+
+def write_static(runs: Sequence[str | Path], out: str | Path, rebuild: bool = False) -> Path:
+    """Write the viewer and the data of ``runs`` to ``out`` (``out/index.html`` opens from disk)."""
+    out = Path(out)
+    viewer = Viewer(runs, rebuild=rebuild)
+    try:
+        if out.exists():
+            if not (out / "index.html").exists() or not (out / "data").is_dir():
+                raise FileExistsError(f"{out} exists and is not a viewer bundle; name a new or empty directory")
+            shutil.rmtree(out / "data")
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(STATIC, out / "static", dirs_exist_ok=True)
+        shutil.copy(STATIC / "index.html", out / "index.html")
+        data = out / "data"
+        data.mkdir()
+        (data / "boot.js").write_text("window.APGYM_MODE = 'static';\n")
+        _put(data / "runs.js", "runs", viewer.runs())
+        for k, ix in enumerate(viewer.indexes):
+            base = data / f"run{k}"
+            _put(base / "overview.js", f"run/{k}/overview", viewer.overview(k))
+            _put(base / "report.js", f"run/{k}/report", viewer.report(k))
+            _put(base / "provenance.js", f"run/{k}/provenance", ix.provenance())
+            _put(base / "episodes.js", f"run/{k}/episodes", list(ix.all_rows()))
+            for row in ix.all_rows():
+                _put(base / "episode" / f"{row['id']}.js", f"run/{k}/episode/{row['id']}", ix.episode(row["id"]))
+    finally:
+        viewer.close()
+    return out / "index.html"

@@ -1,0 +1,409 @@
+"""The viewer's index of a run: one SQLite file, built once, rebuilt when the run changes.
+
+A run of 100,000 episodes is gigabytes of JSONL, mostly prompts. Opening it must not
+mean parsing it: the index keeps one row per episode (where it sits in the protocol,
+its outcome, its memory decision, and the byte range of its line) and the provenance
+links (retrieved record -> source episode, abstraction -> sources, parents, episodes
+that saw it). An episode's steps are read from its byte range only when it is opened.
+
+The index lives beside the run (``<run>/.view/index.sqlite``), or in the cache when the
+run directory is read-only. It carries a signature of the files it was built from
+(path, size, modification time); a different signature means a rebuild, written to a
+temporary file and swapped in, so a reader never sees half an index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import os
+import sqlite3
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ap_gym.errors import StoreError
+from ap_gym.paths import cache_dir
+from ap_gym.protocol.results import (
+    EPISODES,
+    load_abstractions,
+    load_config,
+    load_record_keys,
+    load_records,
+    setting_dirs,
+    setting_key,
+)
+
+__all__ = ["FILTERS", "RunIndex", "wilson"]
+
+log = logging.getLogger(__name__)
+
+#: Bump when the index's tables change: an index of another version is rebuilt.
+INDEX_VERSION = 1
+#: Episode columns a client may filter on (exact match).
+FILTERS = ("benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome")
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE episodes (
+    id INTEGER PRIMARY KEY, setting TEXT NOT NULL, benchmark TEXT NOT NULL, backbone TEXT NOT NULL,
+    policy TEXT NOT NULL, seed INTEGER NOT NULL, phase TEXT NOT NULL, iteration INTEGER NOT NULL,
+    idx INTEGER NOT NULL, task_id TEXT NOT NULL, task_family TEXT NOT NULL, success INTEGER NOT NULL,
+    score REAL, termination TEXT NOT NULL, outcome TEXT NOT NULL, num_steps INTEGER NOT NULL,
+    llm_calls INTEGER NOT NULL, tokens INTEGER NOT NULL, mode TEXT, parse_failures INTEGER NOT NULL,
+    file TEXT NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL
+);
+CREATE INDEX episodes_where ON episodes (setting, phase, iteration);
+CREATE INDEX episodes_task ON episodes (task_id, phase);
+CREATE TABLE records (setting TEXT NOT NULL, record_id INTEGER NOT NULL, episode_id INTEGER,
+                      PRIMARY KEY (setting, record_id));
+CREATE TABLE abstractions (
+    setting TEXT NOT NULL, id INTEGER NOT NULL, text TEXT NOT NULL, kind TEXT NOT NULL,
+    iteration INTEGER NOT NULL, active INTEGER NOT NULL, flagged INTEGER NOT NULL, reasons TEXT NOT NULL,
+    sources TEXT NOT NULL, parents TEXT NOT NULL, PRIMARY KEY (setting, id)
+);
+CREATE TABLE seen (setting TEXT NOT NULL, abstraction_id INTEGER NOT NULL, episode_id INTEGER NOT NULL);
+CREATE INDEX seen_by ON seen (setting, abstraction_id);
+CREATE TABLE audits (setting TEXT PRIMARY KEY, row TEXT NOT NULL);
+"""
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """95 % Wilson interval of a success rate: honest at 0/n and n/n, where the normal one is not."""
+    if n <= 0:
+        return None
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _mean_ci(total: float, squares: float, n: int) -> tuple[float | None, tuple[float, float] | None]:
+    """Mean and 95 % normal interval from sums (the index aggregates in SQL)."""
+    if n <= 0:
+        return None, None
+    mean = total / n
+    if n < 2:
+        return mean, None
+    var = max(0.0, (squares - n * mean * mean) / (n - 1))
+    half = 1.96 * math.sqrt(var / n)
+    return mean, (mean - half, mean + half)
+
+
+def _outcome(line: Mapping[str, Any]) -> str:
+    if line.get("termination") == "infrastructure_failure":
+        return "infrastructure_failure"
+    return "success" if line.get("success") else "failure"
+
+
+def _tokens(usage: Mapping[str, Any]) -> int:
+    total = 0
+    for key in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(key) or {}
+        total += sum(value.values()) if isinstance(value, Mapping) else int(value or 0)
+    return int(total)
+
+
+def _signature(run: Path) -> str:
+    """What the index was built from: every result file's path, size and mtime."""
+    parts = [f"v{INDEX_VERSION}"]
+    for directory in setting_dirs(run):
+        for name in (EPISODES, "memory.sqlite", "memory.sqlite-wal"):
+            path = directory / name
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                parts.append(f"{path.relative_to(run).as_posix()}:{st.st_size}:{st.st_mtime_ns}")
+    for name in ("config.json", "summary.json"):
+        with contextlib.suppress(OSError):
+            st = (run / name).stat()
+            parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _index_path(run: Path) -> Path:
+    """``<run>/.view/index.sqlite`` when the run is writable, else a cache file named after it."""
+    local = run / ".view"
+    with contextlib.suppress(OSError):
+        local.mkdir(exist_ok=True)
+        if os.access(local, os.W_OK):
+            return local / "index.sqlite"
+    name = hashlib.sha256(str(run.resolve()).encode()).hexdigest()[:16]
+    return cache_dir("view", name) / "index.sqlite"
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of episode rows and how many rows match in all."""
+
+    rows: list[dict[str, Any]]
+    total: int
+    page: int
+    per_page: int
+
+
+class RunIndex:
+    """The index of one run directory (built or reused on construction)."""
+
+    def __init__(self, run: str | Path, rebuild: bool = False) -> None:
+        self.run = Path(run)
+        self.meta = load_config(self.run)  # refuses a directory that is not a run
+        self.path = _index_path(self.run)
+        signature = _signature(self.run)
+        if rebuild or self._stored_signature() != signature:
+            self._build(signature)
+        self.conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        self.conn.row_factory = sqlite3.Row
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- building ---------------------------------------------------------------------
+    def _stored_signature(self) -> str | None:
+        if not self.path.exists():
+            return None
+        try:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+            try:
+                row = conn.execute("SELECT value FROM meta WHERE key='signature'").fetchone()
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError:
+            return None  # a damaged index is only a cache: rebuild it
+        return row[0] if row else None
+
+    def _build(self, signature: str) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".index.", suffix=".tmp")
+        os.close(fd)
+        try:
+            conn = sqlite3.connect(tmp)
+            conn.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + _SCHEMA)
+            with conn:
+                for directory in setting_dirs(self.run):
+                    self._index_setting(conn, directory)
+                conn.execute("INSERT INTO meta VALUES ('signature', ?)", (signature,))
+            conn.close()
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def _index_setting(self, conn: sqlite3.Connection, directory: Path) -> None:
+        rel = directory.relative_to(self.run).as_posix()
+        path = directory / EPISODES
+        rows, seen, train, rejected = [], [], {}, []
+        setting = rel
+        with open(path, "rb") as f:
+            offset = 0
+            for raw in f:
+                start, offset = offset, offset + len(raw)
+                if not raw.strip():
+                    continue
+                try:
+                    x = json.loads(raw)
+                    if not isinstance(x, dict) or "phase" not in x or "task_id" not in x:
+                        raise ValueError
+                except ValueError:
+                    continue  # a damaged or cut line: results.read_lines says so on resume
+                setting = setting_key(x)
+                info = x.get("policy_info") or {}
+                usage = x.get("usage") or {}
+                rows.append((setting, x["benchmark"], x.get("backbone") or "", x["policy"], int(x["seed"]),
+                             x["phase"], int(x["iteration"]), int(x["index"]), x["task_id"],
+                             x.get("task_family") or "", int(bool(x.get("success"))), x.get("score"),
+                             x.get("termination") or "", _outcome(x), int(x.get("num_steps") or 0),
+                             int(usage.get("llm_calls") or 0), _tokens(usage), info.get("mode"),
+                             int(x.get("parse_failures") or 0), rel, start, len(raw)))
+                seen.append([int(i) for i in info.get("abstractions_in_prompt") or [] if isinstance(i, int)])
+                rejected += info.get("rejected_abstractions") or []
+        first = conn.execute("SELECT COALESCE(MAX(id), 0) FROM episodes").fetchone()[0] + 1
+        conn.executemany("INSERT INTO episodes (setting, benchmark, backbone, policy, seed, phase, iteration, idx, "
+                         "task_id, task_family, success, score, termination, outcome, num_steps, llm_calls, tokens, "
+                         "mode, parse_failures, file, offset, length) VALUES "
+                         "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        for n, row in enumerate(rows):
+            if row[5] == "train":
+                train[(row[8], row[6])] = first + n
+        conn.executemany("INSERT INTO seen VALUES (?,?,?)",
+                         [(setting, a, first + n) for n, ids in enumerate(seen) for a in ids])
+        try:
+            keys = load_record_keys(directory)
+            stored = load_abstractions(directory)
+        except StoreError as e:  # the viewer shows the episodes; the memory is said unreadable
+            log.warning("%s: memory not readable (%s); provenance links left out", rel, e)
+            conn.execute("INSERT INTO audits VALUES (?, ?)", (setting, json.dumps({"error": str(e)})))
+            return
+        conn.executemany("INSERT INTO records VALUES (?,?,?)",
+                         [(setting, rid, train.get((task, it))) for rid, task, it in keys])
+        if stored or rejected or any(seen):
+            self._index_abstractions(conn, directory, setting, stored, rejected)
+
+    def _index_abstractions(self, conn: sqlite3.Connection, directory: Path, setting: str, stored: list[Any],
+                            rejected: list[Any]) -> None:
+        """Label every stored abstraction and audit the setting as ``ap-gym report`` does
+        (rejected invocations count in q, alpha and eta)."""
+        from ap_gym.report.audit import EnvironmentLabeller, Invocation, SourceRecord, audit
+
+        benchmark = setting.split("/")[0]
+        invocations = [Invocation(str(item.get("text", "")), tuple(item.get("parents", ())), False,
+                                  tuple(item.get("sources", ()))) if isinstance(item, Mapping)
+                       else Invocation(str(item), (), False) for item in rejected]
+        ids = {i for a in stored for i in a.sources} | {i for inv in invocations for i in inv.sources}
+        records = {i: SourceRecord.of(r) for i, r in load_records(directory, ids).items()}
+        labeller = EnvironmentLabeller(benchmark)
+        record_episode = dict(conn.execute("SELECT record_id, episode_id FROM records WHERE setting=?", (setting,)))
+        for a in stored:
+            label = labeller(a.text, [records[i] for i in a.sources if i in records])
+            conn.execute("INSERT INTO abstractions VALUES (?,?,?,?,?,?,?,?,?,?)",
+                         (setting, a.id, a.text, a.kind, a.iteration, int(a.active), int(label.flagged),
+                          json.dumps(list(label.reasons)),
+                          json.dumps([{"record": i, "episode": record_episode.get(i)} for i in a.sources]),
+                          json.dumps(list(a.parents))))
+        row = audit(setting, stored, labeller, invocations, records)
+        conn.execute("INSERT INTO audits VALUES (?, ?)", (setting, json.dumps({
+            "abstractions": row.abstractions, "flagged": row.flagged, "q": _finite(row.q), "alpha": _finite(row.alpha),
+            "eta": _finite(row.eta), "invocations": row.invocations, "exposed_invocations": row.exposed_invocations,
+            "flagged_exposed_invocations": row.flagged_exposed_invocations,
+            "admitted_invocations": row.admitted_invocations})))
+
+    # -- reading ----------------------------------------------------------------------
+    def settings(self) -> list[dict[str, Any]]:
+        """Per setting and iteration, held-out episodes: success with its Wilson interval,
+        score, LLM calls and tokens with normal intervals (infrastructure failures counted
+        apart, never as failures)."""
+        out = []
+        query = """SELECT setting, benchmark, backbone, policy, seed, iteration, COUNT(*) AS episodes,
+                   SUM(outcome='infrastructure_failure') AS infra,
+                   SUM(success * (outcome!='infrastructure_failure')) AS successes,
+                   SUM(CASE WHEN outcome!='infrastructure_failure' THEN COALESCE(score, 0) END) AS s1,
+                   SUM(CASE WHEN outcome!='infrastructure_failure' THEN COALESCE(score, 0) * COALESCE(score, 0) END) AS s2,
+                   SUM(CASE WHEN outcome!='infrastructure_failure' THEN llm_calls END) AS c1,
+                   SUM(CASE WHEN outcome!='infrastructure_failure' THEN llm_calls * llm_calls END) AS c2,
+                   SUM(CASE WHEN outcome!='infrastructure_failure' THEN tokens END) AS t1,
+                   SUM(CASE WHEN outcome!='infrastructure_failure' THEN 1.0 * tokens * tokens END) AS t2
+                   FROM episodes WHERE phase='eval' GROUP BY setting, iteration ORDER BY setting, iteration"""
+        for r in self.conn.execute(query):
+            n = r["episodes"] - r["infra"]
+            score, score_ci = _mean_ci(r["s1"] or 0.0, r["s2"] or 0.0, n)
+            calls, calls_ci = _mean_ci(r["c1"] or 0, r["c2"] or 0, n)
+            tokens, tokens_ci = _mean_ci(r["t1"] or 0, r["t2"] or 0, n)
+            out.append({"setting": r["setting"], "benchmark": r["benchmark"], "backbone": r["backbone"],
+                        "policy": r["policy"], "seed": r["seed"], "iteration": r["iteration"],
+                        "episodes": r["episodes"], "infrastructure_failures": r["infra"], "valid": n,
+                        "successes": r["successes"], "success_rate": (r["successes"] / n) if n else None,
+                        "success_ci": wilson(r["successes"], n), "score": score, "score_ci": score_ci,
+                        "llm_calls": calls, "llm_calls_ci": calls_ci, "tokens": tokens, "tokens_ci": tokens_ci})
+        return out
+
+    def facets(self) -> dict[str, list[Any]]:
+        """The distinct values of every filter (for the filter menus)."""
+        out = {}
+        for column in FILTERS:
+            out[column] = [r[0] for r in self.conn.execute(
+                f"SELECT DISTINCT {column} FROM episodes ORDER BY {column}")]  # noqa: S608 (column from FILTERS)
+        out["eval_task_id"] = [r[0] for r in self.conn.execute(
+            "SELECT DISTINCT task_id FROM episodes WHERE phase='eval' ORDER BY task_id")]
+        return out
+
+    def episodes(self, filters: Mapping[str, Any], page: int = 0, per_page: int = 50) -> Page:
+        """Episode rows matching every filter (exact values), a page at a time."""
+        where, args = [], []
+        for key, value in filters.items():
+            if key not in FILTERS:
+                raise ValueError(f"unknown filter {key!r}; filters are {', '.join(FILTERS)}")
+            if value in (None, ""):
+                continue
+            where.append(f"{key} = ?")
+            args.append(int(value) if key in ("seed", "iteration") else str(value))
+        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        total = self.conn.execute(f"SELECT COUNT(*) FROM episodes {clause}", args).fetchone()[0]
+        per_page = max(1, min(int(per_page), 500))
+        rows = self.conn.execute(f"SELECT * FROM episodes {clause} ORDER BY id LIMIT ? OFFSET ?",
+                                 [*args, per_page, max(0, int(page)) * per_page]).fetchall()
+        return Page([self._row(r) for r in rows], total, page, per_page)
+
+    def all_rows(self) -> Iterator[dict[str, Any]]:
+        for r in self.conn.execute("SELECT * FROM episodes ORDER BY id"):
+            yield self._row(r)
+
+    @staticmethod
+    def _row(r: sqlite3.Row) -> dict[str, Any]:
+        row = {k: r[k] for k in r.keys() if k not in ("file", "offset", "length")}  # noqa: SIM118
+        row["success"] = bool(row["success"])
+        return row
+
+    def episode(self, episode_id: int) -> dict[str, Any]:
+        """The whole episode line (read from its byte range), with its memory decision's
+        links resolved: each retrieved record's source episode, each abstraction's text."""
+        r = self.conn.execute("SELECT * FROM episodes WHERE id=?", (int(episode_id),)).fetchone()
+        if r is None:
+            raise KeyError(f"no episode {episode_id} in {self.run}")
+        with open(self.run / r["file"] / EPISODES, "rb") as f:
+            f.seek(r["offset"])
+            line = json.loads(f.read(r["length"]))
+        info = line.get("policy_info") or {}
+        retrieved = [int(i) for i in info.get("retrieved_records") or [] if isinstance(i, int)]
+        links = dict(self.conn.execute(
+            f"SELECT record_id, episode_id FROM records WHERE setting=? AND record_id IN ({','.join('?' * len(retrieved))})",
+            [r["setting"], *retrieved]).fetchall()) if retrieved else {}
+        shown = [int(i) for i in info.get("abstractions_in_prompt") or [] if isinstance(i, int)]
+        texts = {row["id"]: {"id": row["id"], "text": row["text"], "flagged": bool(row["flagged"])}
+                 for row in self.conn.execute(
+                     f"SELECT id, text, flagged FROM abstractions WHERE setting=? AND id IN ({','.join('?' * len(shown))})",
+                     [r["setting"], *shown])} if shown else {}
+        return {"id": r["id"], "row": self._row(r), "line": line,
+                "retrieved": [{"record": i, "episode": links.get(i)} for i in retrieved],
+                "abstractions": [texts.get(i, {"id": i, "text": None, "flagged": False}) for i in shown]}
+
+    def provenance(self) -> list[dict[str, Any]]:
+        """Per setting with abstractions: each abstraction (flag, reasons, sources with their
+        episodes, parents, the episodes that saw it) and the setting's audit (q, alpha, eta)."""
+        out = []
+        audits = {s: json.loads(row) for s, row in self.conn.execute("SELECT setting, row FROM audits")}
+        seen: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for s, a, e in self.conn.execute("SELECT setting, abstraction_id, episode_id FROM seen ORDER BY episode_id"):
+            seen[(s, a)].append(e)
+        by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in self.conn.execute("SELECT * FROM abstractions ORDER BY setting, id"):
+            by_setting[row["setting"]].append({
+                "id": row["id"], "text": row["text"], "kind": row["kind"], "iteration": row["iteration"],
+                "active": bool(row["active"]), "flagged": bool(row["flagged"]), "reasons": json.loads(row["reasons"]),
+                "sources": json.loads(row["sources"]), "parents": json.loads(row["parents"]),
+                "seen_by": seen.get((row["setting"], row["id"]), [])})
+        for setting in sorted(set(by_setting) | set(audits)):
+            out.append({"setting": setting, "audit": audits.get(setting), "abstractions": by_setting.get(setting, [])})
+        return out
+
+
+def _finite(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def curves(settings: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Learning curves: per benchmark@backbone panel, per policy, the held-out success per
+    iteration as the mean over seeds (with the seeds' own rates, for the hover)."""
+    groups: dict[tuple[str, str], dict[int, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for s in settings:
+        panel = s["benchmark"] + (f" @ {s['backbone']}" if s["backbone"] else "")
+        groups[(panel, s["policy"])][s["iteration"]].append(s)
+    panels: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (panel, policy), by_it in sorted(groups.items()):
+        points = []
+        for it, rows in sorted(by_it.items()):
+            rates = [r["success_rate"] for r in rows if r["success_rate"] is not None]
+            points.append({"iteration": it, "success": (sum(rates) / len(rates)) if rates else None,
+                           "seeds": {str(r["seed"]): r["success_rate"] for r in rows},
+                           "episodes": sum(r["episodes"] for r in rows),
+                           "llm_calls": _avg([r["llm_calls"] for r in rows])})
+        panels[panel].append({"policy": policy, "points": points})
+    return [{"panel": p, "series": s} for p, s in sorted(panels.items())]
+
+
+def _avg(xs: Sequence[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None

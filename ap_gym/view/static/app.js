@@ -1,0 +1,444 @@
+// ap-gym view: one client for both modes. In server mode answers come from /api/...;
+// in a static bundle from data/*.js files (script tags work from file://, fetch does not).
+"use strict";
+
+const MODE = window.APGYM_MODE || "server";
+const store = {};          // static answers by key
+const waiting = {};        // key -> [resolve, reject]
+const memo = {};           // answers already received, by key (both modes)
+
+window.APGYM_PUT = (key, payload) => {
+  store[key] = payload;
+  if (waiting[key]) { waiting[key][0](payload); delete waiting[key]; }
+};
+
+function loadStatic(key) {
+  if (key in store) return Promise.resolve(store[key]);
+  return new Promise((resolve, reject) => {
+    waiting[key] = [resolve, reject];
+    const s = document.createElement("script");
+    s.src = "data/" + key.replace(/^run\/(\d+)/, "run$1") + ".js";
+    s.onerror = () => { delete waiting[key]; reject(new Error("missing from the bundle: " + s.src)); };
+    document.head.appendChild(s);
+  });
+}
+
+async function api(key, params) {
+  const query = params ? "?" + new URLSearchParams(params).toString() : "";
+  const k = key + query;
+  if (k in memo) return memo[k];
+  let value;
+  if (MODE === "static") {
+    value = await loadStatic(key);
+  } else {
+    const r = await fetch("api/" + key + query);
+    if (!r.ok) throw new Error(`${r.status}: ${(await r.text()).slice(0, 300)}`);
+    value = await r.json();
+  }
+  memo[k] = value;
+  return value;
+}
+
+// -- small DOM helpers (text always goes through textContent: episodes hold model output) --
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.appendChild(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+const fmt = (v, d = 2) => (v === null || v === undefined || Number.isNaN(v)) ? "n/a" : (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(d)) : String(v));
+const ci = (pair, d = 2) => pair ? ` [${fmt(pair[0], d)}, ${fmt(pair[1], d)}]` : "";
+function table(header, rows, attrs) {
+  return h("table", attrs, h("thead", {}, h("tr", {}, header.map(x => h("th", {}, x)))),
+    h("tbody", {}, rows));
+}
+function outcomeTag(o) { return h("span", { class: o }, o === "infrastructure_failure" ? "infra failure" : o); }
+function setStatus(text) { document.getElementById("status").textContent = text || ""; }
+
+// -- routing: #/<view>?run=K&... -----------------------------------------------------
+function route() {
+  const hash = location.hash.replace(/^#\/?/, "") || "runs";
+  const [path, query] = hash.split("?");
+  const params = Object.fromEntries(new URLSearchParams(query || ""));
+  return { parts: path.split("/"), params };
+}
+function href(view, params) {
+  const p = Object.assign({ run: currentRun() }, params || {});
+  for (const k of Object.keys(p)) if (p[k] === "" || p[k] === undefined || p[k] === null) delete p[k];
+  return "#/" + view + "?" + new URLSearchParams(p).toString();
+}
+function currentRun() { return Number(route().params.run || 0); }
+
+async function render() {
+  const { parts, params } = route();
+  const main = document.getElementById("main");
+  for (const a of document.querySelectorAll("nav a")) {
+    a.classList.toggle("active", a.dataset.nav === parts[0]);
+    a.href = href(a.dataset.nav);
+  }
+  setStatus("loading…");
+  try {
+    let view;
+    if (parts[0] === "episodes") view = await viewEpisodes(params);
+    else if (parts[0] === "episode") view = await viewEpisode(Number(parts[1]), params);
+    else if (parts[0] === "compare") view = await viewCompare(params);
+    else if (parts[0] === "provenance") view = await viewProvenance(params);
+    else view = await viewRuns(params);
+    main.replaceChildren(view);
+    setStatus("");
+  } catch (e) {
+    main.replaceChildren(h("p", { class: "error" }, "Could not load this view: " + e.message));
+    setStatus("error");
+  }
+}
+
+// -- Runs -------------------------------------------------------------------------------
+async function viewRuns() {
+  const k = currentRun();
+  const [runs, ov] = await Promise.all([api("runs"), api(`run/${k}/overview`)]);
+  const run = runs[k];
+  const root = h("section", { id: "view-runs" },
+    h("h2", {}, `Run: ${run.name}`),
+    h("p", { class: "muted" }, `${run.path} · ap-gym ${run.version || "?"} · backbone ${run.backbone || "per setting"}`),
+    run.description ? h("p", {}, run.description) : null,
+    h("h3", {}, "Held-out success per iteration (mean over seeds; hover a point, click it for its episodes)"));
+  const panels = h("div", { class: "panels" });
+  root.appendChild(panels);
+  for (const panel of ov.curves) panels.appendChild(curve(panel));
+  const rows = ov.settings.map(s => h("tr", {
+      class: "clickable", "data-setting": s.setting, "data-iteration": s.iteration,
+      onclick: () => { location.hash = href("episodes", settingFilters(s)); } },
+    h("td", {}, s.benchmark), h("td", {}, s.backbone || "-"), h("td", {}, s.policy), h("td", {}, s.seed),
+    h("td", {}, s.iteration), h("td", {}, s.episodes), h("td", {}, s.infrastructure_failures),
+    h("td", { "data-col": "success" }, fmt(s.success_rate) + ci(s.success_ci)),
+    h("td", {}, fmt(s.score) + ci(s.score_ci)), h("td", {}, fmt(s.llm_calls, 1) + ci(s.llm_calls_ci, 1)),
+    h("td", {}, fmt(s.tokens, 0) + ci(s.tokens_ci, 0))));
+  root.append(h("h3", {}, "Settings (held-out episodes; 95 % intervals: Wilson for success, normal for means; infrastructure failures excluded from the rates)"),
+    table(["benchmark", "backbone", "policy", "seed", "iteration", "episodes", "infra failures", "success",
+      "score", "LLM calls", "tokens"], rows, { id: "settings-table" }));
+  const stats = h("div", { id: "report" }, h("p", { class: "muted" }, "Statistics and audit: computing…"));
+  root.append(h("h3", {}, "Statistics and audit (as in ap-gym report)"), stats);
+  api(`run/${k}/report`).then(rep => {
+    stats.replaceChildren(...rep.tables.map(t => h("div", { "data-table": t.name }, h("h4", {}, t.name.replace(/_/g, " ")),
+      table(t.header, t.rows.map(r => h("tr", {}, r.map(c => h("td", {}, c))))))));
+  }).catch(e => stats.replaceChildren(h("p", { class: "error" }, "report: " + e.message)));
+  return root;
+}
+
+function settingFilters(s) {
+  return { phase: "eval", benchmark: s.benchmark, backbone: s.backbone, policy: s.policy, seed: s.seed, iteration: s.iteration };
+}
+
+const COLORS = ["#2459c9", "#c4320a", "#1a7f37", "#8a3ffc", "#b28600", "#007d79", "#d12771", "#5a6872", "#ee5396", "#0072c3"];
+
+function curve(panel) {
+  const box = h("div", { class: "panel", "data-panel": panel.panel }, h("h3", {}, panel.panel));
+  const its = [...new Set(panel.series.flatMap(s => s.points.map(p => p.iteration)))].sort((a, b) => a - b);
+  const data = [its, ...panel.series.map(s => its.map(it => { const p = s.points.find(q => q.iteration === it); return p ? p.success : null; }))];
+  const [benchmark, backbone] = panel.panel.split(" @ ");
+  const tip = document.getElementById("tooltip");
+  let hover = null;
+  const opts = {
+    width: 460, height: 260,
+    scales: { x: { time: false }, y: { range: [0, 1] } },
+    axes: [{ label: "iteration" }, { label: "held-out success" }],
+    series: [{ label: "iteration" }, ...panel.series.map((s, i) => ({ label: s.policy, stroke: COLORS[i % COLORS.length], width: 2, points: { size: 7 } }))],
+    legend: { show: true },
+    hooks: {
+      setCursor: [u => {
+        const idx = u.cursor.idx;
+        if (idx === null || idx === undefined || u.cursor.left < 0) { tip.hidden = true; hover = null; return; }
+        let best = null;
+        for (let i = 1; i < u.series.length; i++) {
+          const v = u.data[i][idx];
+          if (v === null || v === undefined) continue;
+          const d = Math.abs(u.valToPos(v, "y") - u.cursor.top);
+          if (!best || d < best.d) best = { i, d };
+        }
+        if (!best) { tip.hidden = true; hover = null; return; }
+        const s = panel.series[best.i - 1];
+        const p = s.points.find(q => q.iteration === u.data[0][idx]);
+        hover = { policy: s.policy, iteration: p.iteration };
+        const rect = u.over.getBoundingClientRect();
+        tip.replaceChildren(h("b", {}, s.policy), h("br"), `iteration ${p.iteration}: success ${fmt(p.success)}`, h("br"),
+          `seeds: ${Object.entries(p.seeds).map(([k, v]) => `${k}=${fmt(v)}`).join(", ")}`, h("br"),
+          `episodes ${p.episodes} · LLM calls/episode ${fmt(p.llm_calls, 1)}`, h("br"), h("i", {}, "click: its episodes"));
+        tip.hidden = false;
+        tip.style.left = (rect.left + u.cursor.left + 14) + "px";
+        tip.style.top = (rect.top + u.valToPos(u.data[best.i][idx], "y") + 10) + "px";
+        tip.dataset.policy = s.policy; tip.dataset.iteration = p.iteration;
+      }],
+    },
+  };
+  const plot = new uPlot(opts, data, box);
+  plot.over.addEventListener("mouseleave", () => { tip.hidden = true; });
+  plot.over.addEventListener("click", () => {
+    if (!hover) return;
+    tip.hidden = true;
+    location.hash = href("episodes", { phase: "eval", benchmark, backbone: backbone || "", policy: hover.policy, iteration: hover.iteration });
+  });
+  return box;
+}
+
+// -- Episodes ---------------------------------------------------------------------------
+const FILTERS = ["benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome"];
+const PER_PAGE = 50;
+
+async function queryEpisodes(k, filters, page) {
+  if (MODE === "server") {
+    return api(`run/${k}/episodes`, Object.assign({}, filters, { page, per_page: PER_PAGE }));
+  }
+  const all = await api(`run/${k}/episodes`);
+  const rows = all.filter(r => Object.entries(filters).every(([f, v]) => String(r[f]) === String(v)));
+  return { rows: rows.slice(page * PER_PAGE, (page + 1) * PER_PAGE), total: rows.length, page, per_page: PER_PAGE };
+}
+
+async function viewEpisodes(params) {
+  const k = currentRun();
+  const ov = await api(`run/${k}/overview`);
+  const filters = {};
+  for (const f of FILTERS) if (params[f] !== undefined && params[f] !== "") filters[f] = params[f];
+  const page = Number(params.page || 0);
+  const result = await queryEpisodes(k, filters, page);
+  const bar = h("div", { class: "filters" }, FILTERS.map(f => {
+    const values = ov.facets[f] || [];
+    const sel = h("select", { "data-filter": f, onchange: e => {
+      const p = Object.assign({}, filters); if (e.target.value === "") delete p[f]; else p[f] = e.target.value;
+      location.hash = href("episodes", p); } },
+      h("option", { value: "" }, "all"), values.map(v => h("option", { value: String(v), selected: String(v) === String(filters[f] ?? "") }, String(v) || "-")));
+    return h("label", {}, f.replace("_", " "), sel);
+  }));
+  const pages = Math.max(1, Math.ceil(result.total / PER_PAGE));
+  const pager = h("div", { class: "pager" },
+    h("button", { disabled: page <= 0, onclick: () => { location.hash = href("episodes", Object.assign({}, filters, { page: page - 1 })); } }, "‹ previous"),
+    h("span", { id: "episode-count" }, `${result.total} episodes · page ${page + 1} of ${pages}`),
+    h("button", { disabled: page + 1 >= pages, onclick: () => { location.hash = href("episodes", Object.assign({}, filters, { page: page + 1 })); } }, "next ›"));
+  const rows = result.rows.map(r => h("tr", { class: "clickable", "data-episode-id": r.id, onclick: () => { location.hash = href(`episode/${r.id}`); } },
+    h("td", {}, r.id), h("td", {}, r.benchmark), h("td", {}, r.backbone || "-"), h("td", {}, r.policy), h("td", {}, r.seed),
+    h("td", {}, r.phase), h("td", {}, r.iteration), h("td", {}, r.task_family), h("td", {}, r.task_id),
+    h("td", {}, outcomeTag(r.outcome)), h("td", {}, fmt(r.score)), h("td", {}, r.num_steps), h("td", {}, r.llm_calls),
+    h("td", {}, r.mode || "-")));
+  return h("section", { id: "view-episodes" }, h("h2", {}, "Episodes"), bar, pager,
+    table(["id", "benchmark", "backbone", "policy", "seed", "phase", "iteration", "family", "task", "outcome", "score",
+      "steps", "LLM calls", "mode"], rows, { id: "episodes-table" }));
+}
+
+// -- One episode ------------------------------------------------------------------------
+function candidates(response) {
+  const out = [];
+  const re = /'((?:[^'\\]|\\.)*)'=(-?\d+(?:\.\d+)?)/g;
+  let m;
+  while ((m = re.exec(response || "")) !== null) out.push([m[1], Number(m[2])]);
+  return out;
+}
+
+function stepView(step, n) {
+  const cands = candidates(step.response);
+  return h("div", { class: "step" + (step.parse_failure ? " parse-failure" : ""), "data-step": n },
+    h("div", {}, h("span", { class: "muted" }, `step ${n} · `), h("span", { class: "action" }, step.action),
+      step.parse_failure ? h("span", { class: "tag flagged" }, "parse failure") : null,
+      h("span", { class: "muted" }, ` · reward ${fmt(step.reward)} · score ${fmt(step.score)}`)),
+    step.reasoning ? h("div", {}, h("i", {}, "reasoning: "), step.reasoning) : null,
+    h("pre", { class: "observation" }, step.observation),
+    cands.length ? h("details", {}, h("summary", {}, `candidate scores (${cands.length})`),
+      table(["candidate", "sum log-lik"], cands.map(([c, s]) => h("tr", {}, h("td", {}, c), h("td", {}, fmt(s, 3)))))) : null,
+    h("details", { class: "raw" }, h("summary", {}, "prompt and raw response"),
+      h("h4", {}, "prompt"), h("pre", { class: "prompt" }, step.prompt ?? "(not recorded)"),
+      h("h4", {}, "response"), h("pre", { class: "response" }, step.response ?? "(not recorded)")));
+}
+
+function decisionView(ep) {
+  const info = ep.line.policy_info || {};
+  const usage = ep.line.usage || {};
+  const box = h("aside", { class: "decision", id: "decision" }, h("h3", {}, "Memory decision"));
+  const kv = [["mode", info.mode ?? "-"], ["why", info.mode_reason ?? "-"], ["neighbours' mean similarity", fmt(info.mean_similarity, 3)],
+    ["synthesis calls", info.synthesis_calls ?? 0], ["memory empty", info.memory_empty ?? "-"]];
+  box.append(h("table", {}, kv.map(([a, b]) => h("tr", {}, h("th", {}, a), h("td", { "data-key": a }, String(b))))));
+  if (info.utilities && Object.keys(info.utilities).length) {
+    box.append(h("h4", {}, "bandit utilities"), table(["mode", "utility"],
+      Object.entries(info.utilities).map(([m, u]) => h("tr", {}, h("td", {}, m), h("td", {}, typeof u === "object" ? JSON.stringify(u) : fmt(u, 3))))));
+  }
+  box.append(h("h4", {}, `retrieved records (${ep.retrieved.length})`));
+  if (ep.retrieved.length) {
+    box.append(h("ul", { id: "retrieved" }, ep.retrieved.map((r, i) => h("li", {},
+      r.episode ? h("a", { href: href(`episode/${r.episode}`), "data-record": r.record, "data-source-episode": r.episode }, `record ${r.record} → episode ${r.episode}`)
+        : h("span", { "data-record": r.record }, `record ${r.record} (source episode not in this run)`),
+      info.similarities && info.similarities[i] !== undefined ? h("span", { class: "muted" }, ` · similarity ${fmt(info.similarities[i], 3)}`) : null))));
+  }
+  if (ep.abstractions.length) {
+    box.append(h("h4", {}, `abstractions in the prompt (${ep.abstractions.length})`), h("ul", {}, ep.abstractions.map(a => h("li", {},
+      a.flagged ? h("span", { class: "tag flagged" }, "flagged") : null,
+      h("a", { href: href("provenance", { setting: ep.row.setting, abstraction: a.id }) }, `#${a.id}`), " ", a.text ?? ""))));
+  }
+  if (info.guidance) box.append(h("h4", {}, "guidance"), h("pre", { id: "guidance" }, info.guidance));
+  const purposes = Object.keys(usage.calls || {});
+  if (purposes.length) {
+    box.append(h("h4", {}, "cost by purpose"), table(["purpose", "calls", "prompt tokens", "completion tokens"],
+      purposes.map(p => h("tr", {}, h("td", {}, p), h("td", {}, usage.calls[p]), h("td", {}, (usage.prompt_tokens || {})[p] ?? 0),
+        h("td", {}, (usage.completion_tokens || {})[p] ?? 0)))));
+  }
+  const other = Object.keys(info).filter(x => !["mode", "mode_reason", "mean_similarity", "synthesis_calls", "memory_empty", "utilities",
+    "retrieved_records", "similarities", "guidance", "abstractions_in_prompt"].includes(x));
+  if (other.length) box.append(h("details", {}, h("summary", {}, "everything else the policy recorded"),
+    h("pre", {}, JSON.stringify(Object.fromEntries(other.map(x => [x, info[x]])), null, 1))));
+  return box;
+}
+
+async function viewEpisode(id) {
+  const k = currentRun();
+  const ep = await api(`run/${k}/episode/${id}`);
+  const x = ep.line;
+  const head = h("div", {},
+    h("h2", {}, `Episode ${id}: ${x.task_id}`),
+    h("p", {}, outcomeTag(ep.row.outcome), ` · score ${fmt(x.score)} / ${fmt(x.max_score)} · ${x.num_steps} steps · ${x.termination} · `,
+      `${x.benchmark} · ${x.backbone || ""} ${x.policy} seed ${x.seed} · ${x.phase} iteration ${x.iteration} · LLM calls ${x.usage ? x.usage.llm_calls : "?"}`),
+    x.error ? h("p", { class: "error" }, x.error) : null,
+    h("p", {}, h("b", {}, "instruction: "), h("span", { id: "instruction" }, x.instruction)),
+    h("p", {}, h("a", { href: href("compare", { a: id, task_id: x.task_id }) }, "compare with another episode of this task")));
+  const steps = h("div", { id: "timeline" }, h("h3", {}, "Timeline"),
+    h("details", {}, h("summary", {}, "initial observation"), h("pre", {}, x.initial_observation)),
+    (x.steps || []).map((s, i) => stepView(s, i + 1)));
+  return h("section", { id: "view-episode", "data-episode-id": id }, head, h("div", { class: "episode" }, steps, decisionView(ep)));
+}
+
+// -- Compare ----------------------------------------------------------------------------
+async function viewCompare(params) {
+  const k = currentRun();
+  const ov = await api(`run/${k}/overview`);
+  const evalTasks = ov.facets.eval_task_id;
+  let task = params.task_id;
+  if (!task && params.a) task = (await api(`run/${k}/episode/${params.a}`)).line.task_id;
+  const root = h("section", { id: "view-compare" }, h("h2", {}, "Compare two episodes of one task, aligned by step"));
+  const taskSel = h("select", { "data-compare": "task", onchange: e => { location.hash = href("compare", { task_id: e.target.value }); } },
+    h("option", { value: "" }, "choose a held-out task"), evalTasks.map(t => h("option", { value: t, selected: t === task }, t)));
+  root.append(h("div", { class: "filters" }, h("label", {}, "task", taskSel)));
+  if (!task) return root;
+  const all = [];
+  for (let page = 0; ; page++) {
+    const r = await queryEpisodes(k, { task_id: task }, page);
+    all.push(...r.rows);
+    if ((page + 1) * PER_PAGE >= r.total) break;
+  }
+  const label = r => `${r.policy} · seed ${r.seed} · ${r.phase} it ${r.iteration} · ${r.outcome} (#${r.id})`;
+  const evals = all.filter(r => r.phase === "eval");
+  const pool = evals.length ? evals : all;
+  const a = params.a ? Number(params.a) : (pool[0] && pool[0].id);
+  const b = params.b ? Number(params.b) : ((pool.find(r => r.id !== a && r.policy !== (pool.find(q => q.id === a) || {}).policy) || pool.find(r => r.id !== a) || {}).id);
+  const pick = (side, current) => h("label", {}, `episode ${side.toUpperCase()}`, h("select", { "data-compare": side, onchange: e => {
+    const p = { task_id: task, a, b }; p[side] = e.target.value; location.hash = href("compare", p); } },
+    all.map(r => h("option", { value: r.id, selected: r.id === current }, label(r)))));
+  root.append(h("div", { class: "filters" }, pick("a", a), pick("b", b)));
+  if (a === undefined || b === undefined) { root.append(h("p", {}, "This task has only one episode in this run.")); return root; }
+  const [ea, eb] = await Promise.all([api(`run/${k}/episode/${a}`), api(`run/${k}/episode/${b}`)]);
+  const n = Math.max(ea.line.steps.length, eb.line.steps.length);
+  const cell = (s) => s ? [h("div", { class: "action" }, s.action), h("pre", {}, s.observation)] : [h("span", { class: "muted" }, "—")];
+  const rows = [];
+  for (let i = 0; i < n; i++) {
+    const sa = ea.line.steps[i], sb = eb.line.steps[i];
+    const differs = !sa || !sb || sa.action !== sb.action;
+    rows.push(h("tr", { "data-step": i + 1 }, h("td", { class: "k" }, i + 1), h("td", { class: differs ? "differs" : "" }, cell(sa)),
+      h("td", { class: differs ? "differs" : "" }, cell(sb))));
+  }
+  const summary = e => h("div", {}, h("a", { href: href(`episode/${e.id}`) }, label(e.row)), h("br"),
+    `mode ${e.line.policy_info?.mode ?? "-"} · ${e.line.num_steps} steps · score ${fmt(e.line.score)} · LLM calls ${e.line.usage?.llm_calls}`);
+  root.append(table(["step", "A", "B"], [h("tr", {}, h("td", {}), h("td", {}, summary(ea)), h("td", {}, summary(eb))), ...rows],
+    { class: "compare", id: "compare-table", "data-a": a, "data-b": b }));
+  return root;
+}
+
+// -- Provenance -------------------------------------------------------------------------
+async function viewProvenance(params) {
+  const k = currentRun();
+  const prov = await api(`run/${k}/provenance`);
+  const root = h("section", { id: "view-provenance" }, h("h2", {}, "Provenance of stored abstractions"),
+    h("p", { class: "muted" }, "Source episodes → abstraction → episodes that saw it in their prompt. Red: flagged by the audit's "
+      + "EnvironmentLabeller (not flagged means not flagged, never correct); dashed red: a flagged parent."));
+  const withAbs = prov.filter(p => p.abstractions.length);
+  if (!withAbs.length) { root.append(h("p", {}, "No setting of this run stored abstractions.")); return root; }
+  const setting = params.setting && withAbs.some(p => p.setting === params.setting) ? params.setting : withAbs[0].setting;
+  root.append(h("div", { class: "filters" }, h("label", {}, "setting", h("select", { "data-provenance": "setting",
+    onchange: e => { location.hash = href("provenance", { setting: e.target.value }); } },
+    withAbs.map(p => h("option", { value: p.setting, selected: p.setting === setting }, `${p.setting} (${p.abstractions.length})`))))));
+  const entry = withAbs.find(p => p.setting === setting);
+  const a = entry.audit || {};
+  root.append(table(["stored", "flagged", "invocations", "q (exposed share)", "alpha (flagged if exposed)", "eta (admitted)"],
+    [h("tr", { id: "audit-row" }, h("td", {}, a.abstractions ?? entry.abstractions.length), h("td", {}, a.flagged ?? "-"),
+      h("td", {}, a.invocations ?? "-"), h("td", {}, `${fmt(a.q)} (${a.exposed_invocations ?? 0}/${a.invocations ?? 0})`),
+      h("td", {}, `${fmt(a.alpha)} (${a.flagged_exposed_invocations ?? 0}/${a.exposed_invocations ?? 0})`),
+      h("td", {}, `${fmt(a.eta)} (${a.admitted_invocations ?? 0}/${a.invocations ?? 0})`))]));
+  const selected = params.abstraction ? Number(params.abstraction) : null;
+  root.append(graph(entry, selected));
+  const chosen = entry.abstractions.find(x => x.id === selected);
+  if (chosen) {
+    root.append(h("div", { id: "abstraction-detail" }, h("h3", {}, `Abstraction #${chosen.id} (${chosen.kind}, iteration ${chosen.iteration}${chosen.active ? "" : ", inactive"})`),
+      chosen.flagged ? h("p", {}, h("span", { class: "tag flagged" }, "flagged"), chosen.reasons.join("; ")) : h("p", { class: "muted" }, "not flagged"),
+      h("pre", {}, chosen.text),
+      h("p", {}, "sources: ", chosen.sources.map(s => s.episode ? h("a", { href: href(`episode/${s.episode}`), "data-source-episode": s.episode }, `episode ${s.episode} `) : `record ${s.record} `)),
+      h("p", {}, "parents: ", chosen.parents.length ? chosen.parents.map(p => h("a", { href: href("provenance", { setting, abstraction: p }) }, `#${p} `)) : "none"),
+      h("p", {}, `seen by ${chosen.seen_by.length} episode(s): `, chosen.seen_by.slice(0, 200).map(e => h("a", { href: href(`episode/${e}`) }, `${e} `)))));
+  }
+  return root;
+}
+
+function graph(entry, selected) {
+  const NS = "http://www.w3.org/2000/svg";
+  const s = (tag, attrs, ...kids) => { const el = document.createElementNS(NS, tag); for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v); kids.forEach(c => el.appendChild(c)); return el; };
+  const abs = entry.abstractions;
+  const MAX_SEEN = 12;
+  const sources = [...new Set(abs.flatMap(x => x.sources.map(y => y.episode).filter(e => e)))];
+  const seen = [...new Set(abs.flatMap(x => x.seen_by.slice(0, MAX_SEEN)))];
+  const rowH = 26, W = 980, colX = [10, 330, 760], boxW = [150, 380, 150];
+  const height = Math.max(sources.length, abs.length, seen.length) * rowH + 40;
+  const svg = s("svg", { class: "graph", id: "provenance-graph", width: W, height, viewBox: `0 0 ${W} ${height}` });
+  const y = i => 30 + i * rowH;
+  const pos = { src: {}, abs: {}, seen: {} };
+  sources.forEach((e, i) => pos.src[e] = y(i));
+  abs.forEach((a, i) => pos.abs[a.id] = y(i));
+  seen.forEach((e, i) => pos.seen[e] = y(i));
+  const edges = s("g", {});
+  svg.appendChild(edges);
+  const curveP = (x1, y1, x2, y2) => `M${x1},${y1 + 9} C${(x1 + x2) / 2},${y1 + 9} ${(x1 + x2) / 2},${y2 + 9} ${x2},${y2 + 9}`;
+  for (const a of abs) {
+    for (const src of a.sources) if (src.episode) edges.appendChild(s("path", { d: curveP(colX[0] + boxW[0], pos.src[src.episode], colX[1], pos.abs[a.id]) }));
+    for (const e of a.seen_by.slice(0, MAX_SEEN)) edges.appendChild(s("path", { d: curveP(colX[1] + boxW[1], pos.abs[a.id], colX[2], pos.seen[e]) }));
+    for (const p of a.parents) if (p in pos.abs) {
+      const parentFlagged = (abs.find(x => x.id === p) || {}).flagged;
+      edges.appendChild(s("path", { class: parentFlagged ? "parent" : "", d: `M${colX[1]},${pos.abs[p] + 9} C${colX[1] - 60},${pos.abs[p] + 9} ${colX[1] - 60},${pos.abs[a.id] + 9} ${colX[1]},${pos.abs[a.id] + 9}` }));
+    }
+  }
+  const node = (x, yy, w, label, cls, go, attrs) => {
+    const text = s("text", { x: x + 6, y: yy + 13 }); text.textContent = label.length > w / 6.2 ? label.slice(0, Math.floor(w / 6.2) - 1) + "…" : label;
+    const title = s("title", {}); title.textContent = label;
+    const g = s("g", Object.assign({ class: "node " + cls }, attrs), s("rect", { x, y: yy, width: w, height: 19, rx: 4 }), text, title);
+    g.addEventListener("click", go);
+    svg.appendChild(g);
+  };
+  const head = (x, label) => { const t = s("text", { x, y: 16, "font-weight": "600" }); t.textContent = label; svg.appendChild(t); };
+  head(colX[0], "source episodes"); head(colX[1], "abstractions"); head(colX[2], `episodes that saw them (≤${MAX_SEEN} each)`);
+  sources.forEach(e => node(colX[0], pos.src[e], boxW[0], `episode ${e}`, "episode", () => { location.hash = href(`episode/${e}`); }, { "data-episode": e }));
+  abs.forEach(a => node(colX[1], pos.abs[a.id], boxW[1], `#${a.id} ${a.text}`, (a.flagged ? "flagged " : "") + (a.id === selected ? "selected" : ""),
+    () => { location.hash = href("provenance", { setting: entry.setting, abstraction: a.id }); }, { "data-abstraction": a.id, "data-flagged": a.flagged }));
+  seen.forEach(e => node(colX[2], pos.seen[e], boxW[2], `episode ${e}`, "episode", () => { location.hash = href(`episode/${e}`); }, { "data-episode": e }));
+  return svg;
+}
+
+// -- boot ---------------------------------------------------------------------------------
+async function boot() {
+  const runs = await api("runs");
+  const sel = document.getElementById("run-select");
+  runs.forEach(r => sel.appendChild(h("option", { value: r.run }, r.name)));
+  sel.hidden = runs.length < 2;
+  sel.value = String(currentRun());
+  sel.addEventListener("change", () => { location.hash = "#/runs?run=" + sel.value; });
+  window.addEventListener("hashchange", render);
+  await render();
+}
+boot().catch(e => { document.getElementById("main").replaceChildren(h("p", { class: "error" }, "Could not start: " + e.message)); });

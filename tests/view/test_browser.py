@@ -1,0 +1,208 @@
+"""The viewer in a real Chromium (Debian's /usr/bin/chromium, driven by Playwright).
+
+Each test checks what the page shows against the run's JSONL and memory, never against
+the viewer's own API. ``pytest -m browser`` runs them alone. Without Chromium they are
+skipped, except where ``AP_GYM_REQUIRE_BROWSER`` is set (CI), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ap_gym.protocol.results import load_abstractions, load_episodes, load_record_keys, setting_key
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = os.environ.get("AP_GYM_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        message = f"no Chromium at {CHROMIUM}: apt-get install chromium (make browser does this), or set AP_GYM_CHROMIUM"
+        if os.environ.get("AP_GYM_REQUIRE_BROWSER"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def server(view_run):
+    """``ap-gym view RUN`` as a user starts it: a free port on loopback, printed."""
+    proc = subprocess.Popen([sys.executable, "-m", "ap_gym.cli", "view", str(view_run)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        assert match, f"ap-gym view did not print its address: {line!r}"
+        yield match.group(0)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture()
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    yield page
+    context.close()
+    assert not errors, f"the page logged errors: {errors}"
+
+
+def _eval(run, **match):
+    return [x for x in load_episodes(run) if x["phase"] == "eval" and all(x[k] == v for k, v in match.items())]
+
+
+def test_runs_page_shows_the_settings_and_the_curves(server, page, view_run):
+    page.goto(server + "#/runs")
+    page.wait_for_selector("#settings-table tbody tr")
+    rows = page.locator("#settings-table tbody tr")
+    lines = _eval(view_run)
+    settings = {(setting_key(x), x["iteration"]) for x in lines}
+    assert rows.count() == len(settings)
+    for i in range(rows.count()):
+        row = rows.nth(i)
+        key, it = row.get_attribute("data-setting"), int(row.get_attribute("data-iteration"))
+        eps = [x for x in lines if setting_key(x) == key and x["iteration"] == it]
+        rate = sum(x["success"] for x in eps) / len(eps)
+        assert row.locator("[data-col=success]").inner_text().startswith(f"{rate:.2f}".rstrip("0").rstrip(".")
+                                                                          if rate in (0, 1) else f"{rate:.2f}")
+    assert page.locator(".panel .uplot").count() >= 1
+    # the statistics and audit of ap-gym report arrive after the page
+    page.wait_for_selector("#report [data-table=stats]")
+    # hovering a point shows its numbers; clicking it opens its episodes
+    over = page.locator(".panel .u-over").first
+    box = over.bounding_box()
+    page.mouse.move(box["x"] + 2, box["y"] + box["height"] - 2)
+    page.mouse.move(box["x"] + 3, box["y"] + box["height"] - 3)
+    tip = page.locator("#tooltip")
+    tip.wait_for(state="visible")
+    policy, iteration = tip.get_attribute("data-policy"), tip.get_attribute("data-iteration")
+    assert "success" in tip.inner_text()
+    page.mouse.click(box["x"] + 3, box["y"] + box["height"] - 3)
+    page.wait_for_selector("#episodes-table")
+    expected = _eval(view_run, policy=policy, iteration=int(iteration))
+    assert page.locator("#episode-count").inner_text().startswith(f"{len(expected)} episodes")
+
+
+def test_filter_then_open_an_episode(server, page, view_run):
+    page.goto(server + "#/episodes")
+    page.wait_for_selector("#episodes-table")
+    page.select_option("[data-filter=policy]", "anti_persistence")
+    page.wait_for_function("location.hash.includes('policy=anti_persistence')")
+    page.select_option("[data-filter=phase]", "eval")
+    page.wait_for_function("location.hash.includes('phase=eval')")
+    expected = _eval(view_run, policy="anti_persistence")
+    page.wait_for_selector(f"#episode-count:has-text('{len(expected)} episodes')")
+    rows = page.locator("#episodes-table tbody tr")
+    assert rows.count() == len(expected)
+    assert set(rows.locator("td:nth-child(4)").all_inner_texts()) == {"anti_persistence"}
+    opened = rows.first.get_attribute("data-episode-id")
+    rows.first.click()
+    page.wait_for_selector(f"#view-episode[data-episode-id='{opened}'] #timeline")
+    task = page.locator("h2").inner_text().split(": ", 1)[1]
+    seed, it = (int(v) for v in re.search(r"seed (\d+) · eval iteration (\d+)", page.locator("#view-episode p").first.inner_text()).groups())
+    line = next(x for x in expected if x["task_id"] == task and x["seed"] == seed and x["iteration"] == it)
+    assert page.locator(".step .action").all_inner_texts() == [s["action"] for s in line["steps"]]
+    assert page.locator("#instruction").inner_text() == line["instruction"].strip()
+    assert page.locator("#decision [data-key=mode]").inner_text() == str(line["policy_info"]["mode"])
+    # the exact prompt of a step, on demand
+    page.locator(".step details.raw summary").first.click()
+    assert page.locator(".step pre.prompt").first.inner_text().strip() == line["steps"][0]["prompt"].strip()
+
+
+def test_follow_a_retrieved_record_to_its_source_episode(server, page, view_run):
+    episodes = [x for x in load_episodes(view_run) if x["policy_info"].get("retrieved_records")]
+    assert episodes, "the tiny run retrieved no record: the fixture no longer exercises links"
+    x = episodes[-1]
+    page.goto(server + "#/episodes?" + "&".join(f"{k}={x[k]}" for k in ("policy", "seed", "phase", "iteration"))
+              + f"&task_id={x['task_id']}")
+    page.wait_for_selector("#episodes-table tbody tr")
+    opened = page.locator("#episodes-table tbody tr").first.get_attribute("data-episode-id")
+    page.locator("#episodes-table tbody tr").first.click()
+    page.wait_for_selector(f"#view-episode[data-episode-id='{opened}']")
+    link = page.locator("#retrieved a").first
+    link.wait_for()
+    record = int(link.get_attribute("data-record"))
+    assert record == x["policy_info"]["retrieved_records"][0]
+    task, iteration = {rid: (t, it) for rid, t, it in load_record_keys(view_run / setting_key(x))}[record]
+    source = link.get_attribute("data-source-episode")
+    link.click()
+    page.wait_for_selector(f"#view-episode[data-episode-id='{source}'] #timeline")
+    assert page.locator("h2").inner_text().endswith(task)
+    assert f"train iteration {iteration}" in page.locator("#view-episode p").first.inner_text()
+
+
+def test_compare_two_policies_on_a_held_out_task(server, page, view_run):
+    task = _eval(view_run)[0]["task_id"]
+    a = _eval(view_run, task_id=task, policy="no_memory", seed=0)[-1]
+    b = _eval(view_run, task_id=task, policy="anti_persistence", seed=0)[-1]
+    page.goto(server + "#/compare")
+    page.wait_for_selector("[data-compare=task]")
+    page.select_option("[data-compare=task]", task)
+    page.wait_for_selector("[data-compare=a]")
+    ids = {}
+    for side, x in (("a", a), ("b", b)):
+        option = page.locator(f"[data-compare={side}] option", has_text=f"{x['policy']} · seed 0 · eval it {x['iteration']}")
+        value = option.first.get_attribute("value")
+        page.select_option(f"[data-compare={side}]", value)
+        page.wait_for_selector(f"#compare-table[data-{side}='{value}']")
+        ids[side] = value
+    page.wait_for_selector(f"#compare-table[data-a='{ids['a']}'][data-b='{ids['b']}'] tr[data-step]")
+    rows = page.locator("#compare-table tr[data-step]")
+    assert rows.count() == max(len(a["steps"]), len(b["steps"]))
+    first = rows.first.locator("td")
+    assert first.nth(1).locator(".action").inner_text() == a["steps"][0]["action"]
+    assert first.nth(2).locator(".action").inner_text() == b["steps"][0]["action"]
+
+
+def test_the_provenance_graph_shows_every_stored_abstraction(server, page, view_run):
+    stored = load_abstractions(view_run / "shop" / "abstraction" / "seed0")
+    assert stored
+    page.goto(server + "#/provenance")
+    page.select_option("[data-provenance=setting]", "shop/abstraction/seed0")
+    page.wait_for_function("location.hash.includes('setting=shop')")
+    page.wait_for_selector("#provenance-graph")
+    nodes = page.locator("#provenance-graph [data-abstraction]")
+    assert nodes.count() == len(stored)
+    assert page.locator("#audit-row td").first.inner_text() == str(len(stored))
+    nodes.nth(0).click()
+    page.wait_for_selector("#abstraction-detail")
+    assert page.locator("#abstraction-detail pre").inner_text().strip() == stored[0].text.strip()
+    sources = page.locator("#abstraction-detail [data-source-episode]")
+    assert sources.count() == len(stored[0].sources)
+
+
+def test_the_static_bundle_opens_from_disk(browser, view_run, tmp_path):
+    from ap_gym.view import write_static
+
+    index = write_static([view_run], tmp_path / "bundle")
+    context = browser.new_context()
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(index.as_uri() + "#/episodes?phase=eval&policy=abstraction")
+    expected = _eval(view_run, policy="abstraction")
+    page.wait_for_selector(f"#episode-count:has-text('{len(expected)} episodes')")
+    page.locator("#episodes-table tbody tr").first.click()
+    page.wait_for_selector("#timeline .step")
+    page.goto(index.as_uri() + "#/provenance")
+    page.wait_for_selector("#provenance-graph")
+    context.close()
+    assert not errors
