@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 VLLM   := .vllm-venv
 VLLM_STAMP := $(VLLM)/.installed
 
-.PHONY: venv vllm-venv browser view-assets demo test test-vllm lint clean
+.PHONY: venv vllm-venv browser view-assets bench bench-full demo test test-vllm lint clean
 
 venv: $(STAMP)
 
@@ -69,6 +69,41 @@ view-assets:
 	cd build/npm && npm pack --silent uplot@$(UPLOT) && tar xzf uplot-$(UPLOT).tgz
 	cp build/npm/package/dist/uPlot.iife.min.js build/npm/package/dist/uPlot.min.css ap_gym/view/static/vendor/
 	cp build/npm/package/LICENSE ap_gym/view/static/vendor/uPlot.LICENSE
+
+# Benchmarks: each script writes its section to benchmarks/results/, and results.py
+# assembles benchmarks/RESULTS.md from them. `bench` re-runs what fits this 2-core machine
+# in under 30 minutes (run nothing else meanwhile: the figures are timings); `bench-full`
+# re-runs every script at full size (hours: the 1M-record index, TALES, vLLM, injection).
+PY := HF_HUB_OFFLINE=1 $(BIN)/python
+bench: $(STAMP) browser
+	$(PY) benchmarks/env_overhead.py --tasks 4 --rounds 4
+	$(PY) benchmarks/rollout_overhead.py --tasks 20 --rounds 4
+	$(PY) benchmarks/backbone_speed.py --repeats 3
+	$(PY) benchmarks/throughput.py --workers-only --backbones tiny --repeat 5
+	$(PY) benchmarks/retrieval.py --sizes 10000 100000 --store-rows 100000
+	$(PY) benchmarks/view_scale.py --episodes 100000 --repeats 3
+	$(PY) benchmarks/audit_labeller.py
+	$(PY) benchmarks/shop_floors.py
+	$(PY) benchmarks/results.py
+
+bench-full: $(STAMP) $(VLLM_STAMP) browser
+	$(PY) benchmarks/env_overhead.py
+	$(PY) benchmarks/tales_scienceworld.py
+	$(PY) benchmarks/rollout_overhead.py
+	$(PY) benchmarks/backbone_speed.py
+	$(PY) benchmarks/throughput.py --workers-only --backbones tiny --repeat 5
+	$(PY) benchmarks/throughput.py
+	$(PY) benchmarks/served.py
+	$(PY) benchmarks/retrieval.py
+	$(PY) benchmarks/view_scale.py
+	$(PY) benchmarks/llm_calls.py
+	$(PY) benchmarks/memory_growth.py --resets 150
+	$(PY) benchmarks/faults.py
+	$(PY) benchmarks/audit_labeller.py
+	$(PY) benchmarks/audit_labeller.py --judge default
+	$(PY) benchmarks/injection.py
+	$(PY) benchmarks/shop_floors.py
+	$(PY) benchmarks/results.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check ap_gym tests benchmarks

@@ -108,7 +108,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     serving = {k: v for k, v in {"deadline_s": args.deadline, "retries": args.serving_retries,
                                  "concurrency": args.concurrency}.items() if v is not None}
     config = RunConfig.from_file(
-        args.config, name=args.name, workers=args.workers, out=args.out, embedder=args.embedder,
+        args.config, name=args.name, workers=args.workers, threads=args.threads, out=args.out, embedder=args.embedder,
         iterations=args.iterations, seeds=args.seeds, executor=args.executor, ray_address=args.ray_address,
         lanes=args.lanes, serving=serving or None, **_backbone_overrides(args.backbone),
         **({"judges": dict(_label_spec(v) for v in args.judge)} if args.judge else {}),
@@ -231,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="a YAML config, e.g. benchmarks/smoke.yaml")
     p.add_argument("--name", help="the run's directory name (default: the config's)")
     p.add_argument("--workers", type=int, help="processes (or Ray actors) for held-out evaluation")
+    p.add_argument("--threads", type=int, help="torch threads per local worker (default: cores / workers)")
     p.add_argument("--executor", choices=["local", "ray"], help="where held-out episodes and settings run")
     p.add_argument("--ray-address", help="a running Ray cluster (auto | ray://host:port); default: start one")
     p.add_argument("--lanes", type=int, help="episodes per worker in lock-step, model calls batched")

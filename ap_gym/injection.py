@@ -331,7 +331,7 @@ def plot(outcomes: Sequence[Outcome], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--share", type=float, default=0.3, help="share of wrong rules among the seeded ones")
     parser.add_argument("--rules", type=int, default=20)
@@ -344,17 +344,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     t = time.monotonic()
     outcomes = run_study(args.out, share=args.share, rules=args.rules, iterations=args.iterations,
                          train_per_iter=args.train_per_iter, heldout=args.heldout, error_rate=args.error_rate)
+    summary = report_text(outcomes, {"share": args.share, "rules": args.rules, "iterations": args.iterations,
+                                     "train_per_iter": args.train_per_iter, "heldout": args.heldout,
+                                     "error_rate": args.error_rate}).split("## Final held-out iteration")[0]
+    lines = [LABEL, "", summary.splitlines()[-2], "", *table_rows(outcomes, args.share, args.rules), ""]
+    lines += [f"- {o.policy}: {o.extra}" for o in outcomes if o.extra]
+    lines += ["", f"{time.monotonic() - t:.0f} s; report: {args.out}/report.md"]
     print(f"machine: {platform.machine()}, {platform.system()} {platform.release()}, Python {platform.python_version()}")
-    print(LABEL)
-    print(report_text(outcomes, {"share": args.share, "rules": args.rules, "iterations": args.iterations,
-                                 "train_per_iter": args.train_per_iter, "heldout": args.heldout,
-                                 "error_rate": args.error_rate}).split("## Final held-out iteration")[0].splitlines()[-2])
-    print("\n".join(table_rows(outcomes, args.share, args.rules)))
-    for o in outcomes:
-        if o.extra:
-            print(f"{o.policy}: {o.extra}")
-    print(f"{time.monotonic() - t:.0f} s; report: {args.out}/report.md")
-
+    print("\n".join(lines))
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()

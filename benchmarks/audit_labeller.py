@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -38,6 +39,10 @@ def score(rows: list[tuple[bool, bool]]) -> dict[str, float | int]:
             "precision": tp / (tp + fp) if tp + fp else float("nan"), "recall": tp / (tp + fn) if tp + fn else float("nan")}
 
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._bench import emit  # noqa: E402
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--judge", help="also ask an LLM judge through this backbone spec")
@@ -57,19 +62,22 @@ def main() -> None:
         label = labeller(item["text"], [sources[s] for s in item["sources"]])
         by_bench[item["benchmark"]].append((bool(item["erroneous"]), label.flagged))
         labelled.append({**item, "flagged": label.flagged, "reasons": list(label.reasons)})
-    print(f"labeller: {'rules + judge ' + args.judge if judge else 'rules (EnvironmentLabeller)'}; "
-          f"fixtures: {FIXTURES.relative_to(Path.cwd()) if FIXTURES.is_relative_to(Path.cwd()) else FIXTURES}")
-    print(f"{'benchmark':14} {'n':>3} {'erroneous':>9} {'TP':>3} {'FP':>3} {'FN':>3} {'TN':>3} {'precision':>9} {'recall':>7}")
+    lines = [f"Labeller: {'rules + judge `' + args.judge + '`' if judge else 'rules (`EnvironmentLabeller`)'}; fixtures: "
+             f"`benchmarks/audit/fixtures.yaml` ({len(items)} abstractions, each with its source records and a "
+             "reason). The fixtures and the rules are by the same hand, so these figures are optimistic.", "",
+             "| benchmark | n | erroneous | TP | FP | FN | TN | precision | recall |", "|---|---|---|---|---|---|---|---|---|"]
     pooled = [r for group in by_bench.values() for r in group]
     for name, group in [*sorted(by_bench.items()), ("all", pooled)]:
         s = score(group)
-        print(f"{name:14} {s['n']:>3} {s['tp'] + s['fn']:>9} {s['tp']:>3} {s['fp']:>3} {s['fn']:>3} {s['tn']:>3} "
-              f"{s['precision']:>9.2f} {s['recall']:>7.2f}")
-    print("\nmisses:")
+        lines.append(f"| {name} | {s['n']} | {s['tp'] + s['fn']} | {s['tp']} | {s['fp']} | {s['fn']} | {s['tn']} | "
+                     f"{s['precision']:.2f} | {s['recall']:.2f} |")
+    lines += ["", "Misses:", ""]
     for x in labelled:
         if x["flagged"] != bool(x["erroneous"]):
             kind = "false positive" if x["flagged"] else "false negative"
-            print(f"  {x['id']:8} {kind:14} {x['text']!r}  ({'; '.join(x['reasons']) or x['reason']})")
+            lines.append(f"- {x['id']} ({kind}): {x['text']!r} ({'; '.join(x['reasons']) or x['reason']})")
+    emit("audit_labeller" + ("_judge" if judge else ""), "`audit_labeller.py`: the audit's labeller on labelled "
+         "abstractions" + (" (rules + judge)" if judge else ""), "\n".join(lines))
     if args.json:
         Path(args.json).write_text(json.dumps(labelled, indent=1))
 

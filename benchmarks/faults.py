@@ -23,6 +23,7 @@ import json
 import shutil
 import socket
 import sqlite3
+import sys
 import tempfile
 import threading
 import time
@@ -493,17 +494,31 @@ for _sig, _signame in ((9, "SIGKILL"), (15, "SIGTERM"), (2, "SIGINT")):
             lambda s=_sig, w=_workers: _kill_and_resume(s, w))
 
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._bench import emit  # noqa: E402
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="one category (configs, stores, results, backbones, server, envs, runs)")
     parser.add_argument("--json", help="also write every outcome here")
     args = parser.parse_args()
     outcomes = [attempt(c, n, fn, limit) for c, n, fn, limit in FAULTS if not args.only or c == args.only]
-    for o in outcomes:
-        print(f"{o.category:9} {o.outcome:11} {o.seconds:5.1f}s  {o.name}: {o.detail}")
     tally = Counter(o.outcome for o in outcomes)
-    print(f"\ntried {len(outcomes)}: handled {tally['handled']}, clear error {tally['clear error']}, "
-          f"crash {tally['crash']}, hang {tally['hang']}, data loss {tally['data loss']}")
+    lines = [f"Tried {len(outcomes)}: handled {tally['handled']}, clear error {tally['clear error']}, crash "
+             f"{tally['crash']}, hang {tally['hang']}, data loss {tally['data loss']}. Target: 0 crashes, 0 hangs, "
+             "0 data loss.", "", "| category | tried | handled | clear error | crash | hang | data loss |",
+             "|---|---|---|---|---|---|---|"]
+    for category in sorted({o.category for o in outcomes}):
+        c = Counter(o.outcome for o in outcomes if o.category == category)
+        lines.append(f"| {category} | {sum(c.values())} | {c['handled']} | {c['clear error']} | {c['crash']} | "
+                     f"{c['hang']} | {c['data loss']} |")
+    bad = [o for o in outcomes if o.outcome in ("crash", "hang", "data loss")]
+    if bad:
+        lines += ["", "Not handled:", "", *(f"- {o.category}: {o.name}: {o.outcome}: {o.detail}" for o in bad)]
+    lines += ["", "Every fault and its outcome:", "", "| category | fault | outcome | seconds |", "|---|---|---|---|"]
+    lines += [f"| {o.category} | {o.name} | {o.outcome} | {o.seconds:.1f} |" for o in outcomes]
+    emit("faults" + (f"_{args.only}" if args.only else ""), "`faults.py`: faults and bad input", "\n".join(lines))
     if args.json:
         Path(args.json).write_text(json.dumps([o.__dict__ for o in outcomes], indent=1))
     if "server" in _MEMORY:

@@ -14,11 +14,17 @@ with a small model is what is counted.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 from ap_gym.protocol import RunConfig, load_episodes, run, summarise
 
 DESIGNS = ["no_memory", "trajectory", "abstraction", "joint", "reflexion", "autorefine", "anti_persistence"]
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._bench import emit  # noqa: E402
 
 
 def main() -> None:
@@ -40,31 +46,32 @@ def main() -> None:
     })
     t = time.perf_counter()
     run_dir = run(config)
-    print(f"\n{args.benchmark}, backbone {args.backbone}: {args.iterations} iterations x {args.train} training "
-          f"tasks, {args.heldout} held-out tasks, at most {args.max_steps} steps ({time.perf_counter() - t:.0f} s)")
-    print(f"{'design':18} {'iter':>4} {'LLM calls':>9} {'acting':>7} {'synthesis':>9} {'steps':>6} {'success':>7}")
+    out = [f"{args.benchmark}, backbone `{args.backbone}`: {args.iterations} iterations x {args.train} training tasks, "
+           f"{args.heldout} held-out tasks, at most {args.max_steps} steps ({time.perf_counter() - t:.0f} s). LLM calls "
+           "per held-out task as the spec defines them (acting plus synthesis, reflection and maintenance).", "",
+           "| design | iteration | LLM calls | acting | synthesis | steps | success |", "|---|---|---|---|---|---|---|"]
     settings = summarise(run_dir)["settings"]
     for design in DESIGNS:
         for entry in settings[f"{args.benchmark}/{design}/seed0"]:
-            print(f"{design:18} {entry['iteration']:>4} {entry['mean_llm_calls']:>9.2f} "
-                  f"{entry['mean_acting_calls']:>7.2f} {entry['mean_synthesis_calls']:>9.2f} "
-                  f"{entry['mean_steps']:>6.2f} {entry['success_rate']:>7.3f}")
+            out.append(f"| {design} | {entry['iteration']} | {entry['mean_llm_calls']:.2f} | "
+                       f"{entry['mean_acting_calls']:.2f} | {entry['mean_synthesis_calls']:.2f} | "
+                       f"{entry['mean_steps']:.2f} | {entry['success_rate']:.3f} |")
     # Not the spec's metric, but where the designs differ: what memory costs while it is built.
-    print("\ntraining episodes (memory being built), mean per task:")
-    print(f"{'design':18} {'LLM calls':>9} {'acting':>7} {'synthesis':>9} {'embeddings':>10}")
+    out += ["", "Training episodes (memory being built), mean per task (not the spec's metric):", "",
+            "| design | LLM calls | acting | synthesis | embeddings |", "|---|---|---|---|---|"]
     lines = [x for x in load_episodes(run_dir) if x["phase"] == "train"]
     for design in DESIGNS:
         eps = [x for x in lines if x["policy"] == design]
         if not eps:
-            print(f"{design:18} {'(stateless: no training episodes)':>40}")
+            out.append(f"| {design} | stateless: no training episodes | | | |")
             continue
         n = len(eps)
         acting = sum(x["usage"]["calls"].get("acting", 0) for x in eps) / n
         total = sum(x["usage"]["llm_calls"] for x in eps) / n
         embeddings = sum(x["usage"].get("embedding_calls", 0) for x in eps) / n
-        print(f"{design:18} {total:>9.2f} {acting:>7.2f} {total - acting:>9.2f} {embeddings:>10.2f}")
+        out.append(f"| {design} | {total:.2f} | {acting:.2f} | {total - acting:.2f} | {embeddings:.2f} |")
+    emit("llm_calls", "`llm_calls.py`: LLM calls per held-out task, every memory design", "\n".join(out))
     print(f"results: {run_dir}")
-
 
 if __name__ == "__main__":
     main()

@@ -12,6 +12,7 @@ recycled at its default.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -45,6 +46,10 @@ def grow(env_id: str, resets: int, every: int, measure: str, **kwargs: object) -
     return points
 
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._bench import emit  # noqa: E402
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resets", type=int, default=100)
@@ -55,14 +60,19 @@ def main() -> None:
             ("ALFWorld, this process + engine, recycled every 50", "ap_gym/ALFWorld-v0", "self", {"recycle_every": 50}),
             ("ScienceWorld JVM, never recycled", "ap_gym/ScienceWorld-v0", "jvm", {"recycle_every": 0}),
             ("ScienceWorld JVM, recycled every 50", "ap_gym/ScienceWorld-v0", "jvm", {"recycle_every": 50})]
+    lines = [f"{args.resets} resets over each env's held-out tasks (a step each); resident memory (MB) every "
+             f"{args.every} resets: this process plus ALFWorld's engine process, or ScienceWorld's JVM.", "",
+             "| engine | MB by resets | growth |", "|---|---|---|"]
     for name, env_id, measure, kwargs in runs:
         if args.only and args.only not in env_id.lower():
             continue
         points = grow(env_id, args.resets, args.every, measure, **kwargs)
         first, last = points[0][1], points[-1][1]
-        print(f"{name}: " + ", ".join(f"{i}: {mb:.0f} MB" for i, mb in points)
-              + f"  (growth {last - first:+.0f} MB over {points[-1][0] - points[0][0]} resets)")
-
+        lines.append(f"| {name} | " + ", ".join(f"{i}: {mb:.0f}" for i, mb in points)
+                     + f" | {last - first:+.0f} MB over {points[-1][0] - points[0][0]} resets |")
+        print(lines[-1], flush=True)
+    emit("memory_growth" + (f"_{args.only}" if args.only else ""), "`memory_growth.py`: memory over many resets",
+         "\n".join(lines))
 
 if __name__ == "__main__":
     main()

@@ -15,13 +15,18 @@ engine here (2-5 ms a step), so it shows the harness's own cost most plainly.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import zlib
 from collections.abc import Sequence
+from pathlib import Path
 
 import gymnasium as gym
 
 import ap_gym  # noqa: F401
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from ap_gym.backbones.base import Completion, GenerationConfig, Message, Scores
 from ap_gym.policies import make_policy
 from ap_gym.rollout import run_episode
@@ -44,6 +49,9 @@ class ZeroCostBackbone:
 
     def generate_batch(self, batch, config: GenerationConfig = GenerationConfig()) -> list[Completion]:
         return [self.generate(m, config) for m in batch]
+
+
+from benchmarks._bench import abba, emit, machine, ratio_spread, spread  # noqa: E402
 
 
 def main() -> None:
@@ -74,29 +82,35 @@ def main() -> None:
         game.close()
         return time.perf_counter() - t
 
-    for tid in tasks:  # warm-up: games compiled and cached, imports done
-        harness(tid)
-    t_h = t_r = 0.0
-    steps = episodes = 0
+    plans = {}
+    for tid in tasks:  # equal warm-up: each side plays every task once (games compiled, imports done)
+        plans[tid] = harness(tid)[1]
+        raw(tid, plans[tid])
+    per_round: dict[str, list[float]] = {"raw": [], "harness": []}
+    steps = sum(map(len, plans.values()))
     for r in range(args.rounds):
+        t_h = t_r = 0.0
         for tid in tasks:
-            if r % 2 == 0:
+            if abba(r):
                 dt, actions = harness(tid)
-                t_r += raw(tid, actions)
+                t_r += raw(tid, plans[tid])
             else:
-                _, actions = harness(tid)  # the actions are the same every time (deterministic)
-                t_r += raw(tid, actions)
-                dt, again = harness(tid)
-                assert again == actions
+                t_r += raw(tid, plans[tid])
+                dt, actions = harness(tid)
+            assert actions == plans[tid], "the zero-cost agent must play the same actions every time"
             t_h += dt
-            steps += len(actions)
-            episodes += 1
+        per_round["raw"].append(1000 * t_r / steps)
+        per_round["harness"].append(1000 * t_h / steps)
     env.close()
-    print(f"TextWorld, {episodes} episodes, {steps} steps, zero-cost backbone, no-memory agent")
-    print(f"raw engine:          {1000 * t_r / steps:.3f} ms/step ({t_r:.2f} s)")
-    print(f"run_episode+policy:  {1000 * t_h / steps:.3f} ms/step ({t_h:.2f} s)")
-    print(f"harness / raw: {t_h / t_r:.3f}  (overhead {100 * (t_h / t_r - 1):+.1f} %)")
-
+    body = "\n".join([
+        f"TextWorld, {len(tasks)} held-out games x {args.rounds} rounds ({steps} steps a round), zero-cost backbone, "
+        "no-memory agent in `choose` mode, admissible commands on in both; both sides warmed by one pass, order "
+        "ABBA; ms per step, median (min-max) over rounds.", "",
+        "| side | ms/step |", "|---|---|",
+        f"| raw engine (`textworld.start`, `reset`, `step`) | {spread(per_round['raw'], 3)} |",
+        f"| `run_episode` + policy bookkeeping | {spread(per_round['harness'], 3)} |", "",
+        f"harness / raw: **{ratio_spread(per_round['harness'], per_round['raw'], 3)}** (per round). Target: at most 1.05."])
+    emit("rollout_overhead", "`rollout_overhead.py`: harness against the raw engine", body, machine())
 
 if __name__ == "__main__":
     main()

@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -109,6 +110,10 @@ def abba(a: Side, b: Side, repeat: int) -> None:
             side.play()
 
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._bench import emit  # noqa: E402
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=2)
@@ -148,27 +153,28 @@ def main() -> None:
             react_4 = Side("vLLM react, 4 lanes", vllm, "react", 4, lane_tasks, args.max_steps)
             abba(react_1, react_4, args.repeat)
             sides += [react_1, react_4]
-    print(f"TextWorld held-out tasks, at most {args.max_steps} steps, no-memory agent, {args.repeat} x ABBA after "
-          "a warm-up pass of each side, median (min-max)\n")
-    print("| configuration | tasks | steps | s/step | episodes/min |")
-    print("|---|---|---|---|---|")
+    lines = [f"TextWorld held-out tasks, at most {args.max_steps} steps, no-memory agent, {args.repeat} x ABBA after "
+             "a warm-up pass of each side, median (min-max).", "",
+             "| configuration | tasks | steps | s/step | episodes/min |", "|---|---|---|---|---|"]
     for side in sides:
-        print(f"| {side.name} | {len(side.tasks)} | {side.steps} | {spread(side.per_step)} | "
-              f"{spread(side.per_minute, '{:.1f}')} |")
+        lines.append(f"| {side.name} | {len(side.tasks)} | {side.steps} | {spread(side.per_step)} | "
+                     f"{spread(side.per_minute, '{:.1f}')} |")
         figures[side.name] = {"tasks": len(side.tasks), "steps": side.steps, "seconds_per_step": side.per_step,
                               "episodes_per_min": side.per_minute}
-    print()
+    lines.append("")
     if args.only != "lanes":
         for mode, (v, s) in {"choose": (choose_v, choose_s), "react": (react_v, react_s)}.items():
             ratio = [a / b for a, b in zip(v.per_step, s.per_step, strict=True)]
             figures[f"{mode}_vllm_over_serve"] = ratio
-            print(f"{mode}, vLLM / ap-gym serve time per step: {spread(ratio, '{:.2f}')}x "
-                  f"(same episodes: {v.episodes == s.episodes})")
+            lines.append(f"- {mode}, vLLM / ap-gym serve time per step: **{spread(ratio, '{:.2f}')}x** "
+                         f"(same episodes: {v.episodes == s.episodes})")
     if args.only != "choose":
         lanes = [f / o for f, o in zip(react_4.per_minute, react_1.per_minute, strict=True)]
         figures["lanes_4_over_1"] = lanes
-        print(f"react against vLLM, 4 lanes / 1 lane episodes per minute: {spread(lanes, '{:.2f}')}x "
-              f"(same episodes: {react_1.episodes == react_4.episodes}; target >= 1.5x)")
+        lines.append(f"- react against vLLM, 4 lanes / 1 lane episodes per minute: **{spread(lanes, '{:.2f}')}x** "
+                     f"(same episodes: {react_1.episodes == react_4.episodes}; target >= 1.5x)")
+    emit("served" + (f"_{args.only}" if args.only else ""), "`served.py`: a real vLLM server against `ap-gym serve`",
+         "\n".join(lines), machine())
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import time
+import sys
+from pathlib import Path
 
 import gymnasium as gym
 
@@ -34,19 +35,24 @@ class RandomShopper(BasePolicy):
         return self.rng.choice(info.get("admissible_commands") or ["click[back to search]"])
 
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._bench import emit  # noqa: E402
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     env = gym.make("ap_gym/Shop-v0", split="test")
     tasks = env.unwrapped.task_ids("test")
-    for name, policy in (("oracle", WalkthroughPolicy()), ("random", RandomShopper(args.seed))):
-        t = time.perf_counter()
+    lines = [f"Shop-v0, {len(tasks)} held-out instructions, seed {args.seed}.", "",
+             "| policy | mean reward | success | mean steps |", "|---|---|---|---|"]
+    for name, policy in (("oracle (walkthrough)", WalkthroughPolicy()), ("random shopper", RandomShopper(args.seed))):
         eps = [ap_gym.run_episode(env, policy, task_id=task) for task in tasks]
         rewards = [e.score / 100 for e in eps]
-        print(f"{name:<7} mean reward {statistics.fmean(rewards):.3f}  success {sum(e.success for e in eps)}/{len(eps)}  "
-              f"mean steps {statistics.fmean(e.num_steps for e in eps):.1f}  ({time.perf_counter() - t:.1f} s)")
-
+        lines.append(f"| {name} | {statistics.fmean(rewards):.3f} | {sum(e.success for e in eps)}/{len(eps)} | "
+                     f"{statistics.fmean(e.num_steps for e in eps):.1f} |")
+    emit("shop_floors", "`shop_floors.py`: the Shop's floor and ceiling", "\n".join(lines))
 
 if __name__ == "__main__":
     main()

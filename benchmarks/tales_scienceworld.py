@@ -26,16 +26,20 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import platform
-import statistics
 import subprocess
 import sys
+import sys as _sys
 import time
 import zipfile
+from pathlib import Path as _Path
 
 import gymnasium as gym
 
 import ap_gym  # noqa: F401
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 from ap_gym.paths import cache_dir
+from benchmarks._bench import emit, machine, ratio_spread, spread  # noqa: E402
 
 WHEEL = "tale-suite==1.0.0rc2"
 
@@ -165,13 +169,17 @@ def main() -> None:
     finally:
         for side in all_sides:
             side.close()
-    print("| side | ms per step (median) | min-max over rounds | ratio to TALES (median) |")
-    print("|---|---|---|---|")
-    base = statistics.median(per_step["tales"])
+    base = per_step["tales"]
+    lines = [f"{len(plans)} ScienceWorld tasks, their gold paths ({sum(map(len, plans.values()))} steps per replay), "
+             f"replayed by TALES' env ({WHEEL}, loaded beside our venv's scienceworld "
+             f"{getattr(scienceworld, '__version__', '?')}; it computes the valid actions every step) and by "
+             "`ap_gym/ScienceWorld-v0` without and with admissible commands; every side warmed by one replay, "
+             f"{args.reps} rounds in rotating ABBA order; ms per step, median (min-max).", "",
+             "| side | ms per step | ratio to TALES (per round) |", "|---|---|---|"]
     for name, values in per_step.items():
-        med = statistics.median(values)
-        print(f"| {name} | {med:.2f} | {min(values):.2f}-{max(values):.2f} | {med / base:.3f} |")
-
+        lines.append(f"| {name} | {spread(values)} | **{ratio_spread(values, base, 3)}** |")
+    emit("tales_scienceworld", "`tales_scienceworld.py`: TALES' ScienceWorld env against ours", "\n".join(lines),
+         machine())
 
 if __name__ == "__main__":
     main()

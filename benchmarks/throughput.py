@@ -14,6 +14,7 @@ TextWorld held-out tasks, timed through the protocol's own executor code:
 Every configuration must produce the same episodes; the script says whether it did.
 
     python benchmarks/throughput.py [--backbones tiny default] [--tasks 20] [--max-steps 30] [--repeat 3]
+    python benchmarks/throughput.py --workers-only --backbones tiny --repeat 5   # make bench
 """
 
 from __future__ import annotations
@@ -21,16 +22,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ap_gym.protocol import RunConfig, Runner, heldout_subset
 from ap_gym.protocol.executors.ray import init_ray
 from ap_gym.protocol.setting import Setting, build_policy, make_env
+from benchmarks._bench import emit, machine, ratio_spread, spread
 
 
-def evaluate(config: RunConfig, tasks: list[str], repeat: int = 1) -> tuple[float, float, list[Any]]:
-    """(warm-up seconds, median timed seconds over ``repeat`` passes, episodes) for one configuration."""
+def evaluate(config: RunConfig, tasks: list[str]) -> tuple[float, float, list[Any], dict[str, float]]:
+    """(warm-up seconds, timed seconds, episodes, time inside episodes) for one configuration."""
     runner = Runner(config)
     setting = Setting("textworld", config.policies[0], 0)
     env = make_env(config, "textworld")
@@ -40,18 +46,17 @@ def evaluate(config: RunConfig, tasks: list[str], repeat: int = 1) -> tuple[floa
         warm = [(i, tasks[i % len(tasks)]) for i in range(config.workers * config.lanes)]
         list(runner.evaluate(setting, env, policy, "", warm))
         warmup = time.perf_counter() - t
-        times = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            results = dict(runner.evaluate(setting, env, policy, "", list(enumerate(tasks))))
-            times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        results = dict(runner.evaluate(setting, env, policy, "", list(enumerate(tasks))))
+        seconds = time.perf_counter() - t
     finally:
         env.close()
         runner.close()
-    seconds = sorted(times)[len(times) // 2]
+    busy = {"busy_s": sum(r.episode["wall_time_s"] for r in results.values()),
+            "steps": sum(r.episode["num_steps"] for r in results.values())}
     episodes = [(r.episode["task_id"], [s["action"] for s in r.episode["steps"]], r.episode["success"])
                 for _, r in sorted(results.items())]
-    return warmup, seconds, episodes
+    return warmup, seconds, episodes, busy
 
 
 def main() -> None:
@@ -62,50 +67,91 @@ def main() -> None:
     parser.add_argument("--default-tasks", type=int, default=8, help="tasks for the default (slow) backbone")
     parser.add_argument("--default-max-steps", type=int, default=10)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--repeat", type=int, default=1, help="timed passes per configuration; the median counts")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; configurations in rotating order each round")
+    parser.add_argument("--workers-only", action="store_true",
+                        help="only the 2-worker scaling: 1 worker against 2")
     parser.add_argument("--lanes-only", action="store_true", help="only batched against unbatched")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    if not args.lanes_only:
+    use_ray = not (args.lanes_only or args.workers_only)
+    if use_ray:
         t = time.perf_counter()
         init_ray(RunConfig())
         print(f"Ray local instance started in {time.perf_counter() - t:.1f} s (not counted below)\n")
     figures: list[dict[str, Any]] = []
+    sections: list[str] = []
     for backbone in args.backbones:
         n_tasks = args.tasks if backbone == "tiny" else args.default_tasks
         max_steps = args.max_steps if backbone == "tiny" else args.default_max_steps
         probe = make_env(RunConfig(max_steps=max_steps), "textworld")
         tasks = heldout_subset(probe.unwrapped.task_ids("test"), n_tasks)
         probe.close()
-        print(f"backbone {backbone}: {len(tasks)} TextWorld held-out tasks, at most {max_steps} steps")
+        print(f"backbone {backbone}: {len(tasks)} TextWorld held-out tasks, at most {max_steps} steps", flush=True)
+        # (executor, workers, lanes, threads per worker or None for the default)
+        if args.workers_only:
+            rows = [("local", 1, 1, None), ("local", 2, 1, None)]
+        elif args.lanes_only:
+            rows = [("local", 1, 1, None), ("local", 1, 4, None)]
+        else:
+            rows = [(ex, w, 1, None) for ex in ("local", "ray") for w in args.workers] + [("local", 1, 4, None)]
+        runs: dict[tuple, list[dict[str, Any]]] = {row: [] for row in rows}
         reference = None
-        rows = [(ex, w, 1) for ex in ("local", "ray") for w in args.workers] + [("local", 1, 4)]
-        if args.lanes_only:
-            rows = [("local", 1, 1), ("local", 1, 4)]
-        for executor, workers, lanes in rows:
-            config = RunConfig.from_dict({
-                "backbone": backbone, "policies": [{"name": "no_memory"}], "heldout": n_tasks,
-                "max_steps": max_steps, "workers": workers, "executor": executor, "lanes": lanes,
-            })
-            warmup, seconds, episodes = evaluate(config, tasks, args.repeat)
-            reference = reference or episodes
-            rate = 60 * len(episodes) / seconds
-            same = episodes == reference
+        for r in range(args.repeat):
+            for row in (rows if r % 2 == 0 else list(reversed(rows))):
+                executor, workers, lanes, threads = row
+                config = RunConfig.from_dict({
+                    "backbone": backbone, "policies": [{"name": "no_memory"}], "heldout": n_tasks,
+                    "max_steps": max_steps, "workers": workers, "executor": executor, "lanes": lanes,
+                    "threads": threads,
+                })
+                warmup, seconds, episodes, busy = evaluate(config, tasks)
+                reference = reference or episodes
+                runs[row].append({"seconds": seconds, "warmup_s": warmup, "same": episodes == reference,
+                                  "episodes": len(episodes), **busy})
+                print(f"  round {r + 1}: {executor:5} workers={workers} lanes={lanes} threads={threads or 'default'}: "
+                      f"{60 * len(episodes) / seconds:7.1f} episodes/min ({seconds:5.2f} s; warm-up {warmup:4.1f} s; "
+                      f"same episodes: {episodes == reference})", flush=True)
+        table = ["| executor | workers | lanes | threads per worker | episodes/min | ms per step inside episodes | "
+                 "time outside episodes | same episodes |", "|---|---|---|---|---|---|---|---|"]
+        for row, xs in runs.items():
+            executor, workers, lanes, threads = row
+            rates = [60 * x["episodes"] / x["seconds"] for x in xs]
+            step_ms = [1000 * x["busy_s"] / x["steps"] for x in xs]
+            outside = [x["seconds"] - x["busy_s"] / workers for x in xs]
+            default_threads = (os.cpu_count() or 1) if workers == 1 else max(1, (os.cpu_count() or 1) // workers)
+            table.append(f"| {executor} | {workers} | {lanes} | {threads or default_threads} | {spread(rates, 1)} | "
+                         f"{spread(step_ms, 1)} | {spread(outside)} s | {all(x['same'] for x in xs)} |")
             figures.append({"backbone": backbone, "executor": executor, "workers": workers, "lanes": lanes,
-                            "episodes": len(episodes), "seconds": seconds, "warmup_s": warmup,
-                            "episodes_per_min": rate, "same_episodes": same})
-            label = f"{executor:5} workers={workers} lanes={lanes}"
-            print(f"  {label}: {rate:7.1f} episodes/min ({seconds:6.1f} s; warm-up {warmup:5.1f} s) "
-                  f"same episodes: {same}", flush=True)
-        base = {(f["executor"], f["workers"], f["lanes"]): f["episodes_per_min"] for f in figures
-                if f["backbone"] == backbone}
-        for w in args.workers[1:] if not args.lanes_only else []:
-            print(f"  local {w} vs 1 worker: {base[('local', w, 1)] / base[('local', 1, 1)]:.2f}x; "
-                  f"ray {w} vs 1: {base[('ray', w, 1)] / base[('ray', 1, 1)]:.2f}x")
-        for w in args.workers if not args.lanes_only else []:
-            print(f"  ray / local at {w} workers: {base[('ray', w, 1)] / base[('local', w, 1)]:.2f}")
-        print(f"  batched (4 lanes) / unbatched, 1 worker: {base[('local', 1, 4)] / base[('local', 1, 1)]:.2f}x\n")
+                            "threads": threads, "runs": xs})
+        lines = [f"Backbone `{backbone}`, {len(tasks)} TextWorld held-out tasks, at most {max_steps} steps, no-memory "
+                 f"agent in `choose` mode; {args.repeat} rounds, configurations in rotating order, workers warmed "
+                 "before timing; median (min-max). *ms per step inside episodes* is the episodes' own wall time "
+                 "per step (summed over workers); *time outside episodes* is the pass's time not spent in an episode "
+                 "per worker (env resets, job hand-off, the last worker's tail).", "", *table, ""]
+
+        def ratio(a: tuple, b: tuple, runs: dict = runs) -> str:
+            return ratio_spread([x["seconds"] for x in runs[b]], [x["seconds"] for x in runs[a]])
+
+        one, two = ("local", 1, 1, None), ("local", 2, 1, None)
+        if one in runs and two in runs:
+            lines.append(f"2 workers vs 1 (local): **{ratio(two, one)}x** (per-round ratios; target >= 1.6).")
+            per_step = [(x["busy_s"] / x["steps"]) / (y["busy_s"] / y["steps"]) for x, y in zip(runs[one], runs[two], strict=True)]
+            lines.append(f"Where the time goes: a step inside an episode costs {spread([1 / r for r in per_step])}x as "
+                         "much with two workers running as with one alone (a lone worker also uses part of the second "
+                         "core: tokenizer, interpreter, torch's threads), which bounds 2 workers at "
+                         f"{spread([2 * r for r in per_step])}x before the time outside episodes (the column above) is "
+                         "counted.")
+        lanes4 = ("local", 1, 4, None)
+        if lanes4 in runs:
+            lines.append(f"4 lanes vs unbatched, 1 worker: {ratio(lanes4, one)}x.")
+        for w in args.workers if use_ray else []:
+            if ("ray", w, 1, None) in runs:
+                lines.append(f"ray / local at {w} workers: {ratio(('ray', w, 1, None), ('local', w, 1, None))}.")
+        sections.append("\n".join(lines))
+    name = "throughput_workers" if args.workers_only else "throughput_lanes" if args.lanes_only else "throughput"
+    what = ("workers" if args.workers_only else "batched lanes" if args.lanes_only else "workers, executors, lanes")
+    emit(name, f"`throughput.py`: held-out episodes per minute, {what}", "\n\n".join(sections), machine())
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1)

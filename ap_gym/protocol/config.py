@@ -24,7 +24,7 @@ __all__ = ["EXECUTION_KEYS", "ConfigError", "PolicySpec", "RunConfig", "import_m
 
 #: config keys that change how or where a run executes, not what it computes: a run may
 #: be resumed with other values (say, started locally and finished on Ray, or moved).
-EXECUTION_KEYS = frozenset({"workers", "executor", "ray_address", "lanes", "out", "serving", "description"})
+EXECUTION_KEYS = frozenset({"workers", "threads", "executor", "ray_address", "lanes", "out", "serving", "description"})
 #: A backbone spec ``served:<model>``: the model is named in the config, its URL given at run time.
 SERVED = "served:"
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
@@ -121,6 +121,9 @@ class RunConfig(BaseModel):
         max_steps: the step limit (50 in the paper).
         workers: processes (local) or Ray actors (ray) for held-out evaluation; with
             the Ray executor, also how many settings of a grid run at once.
+        threads: torch threads per local worker (default: the cores divided among the
+            workers). Workers share the cores; more threads than cores in all makes
+            them wait on each other.
         executor: ``local`` (processes on this machine) or ``ray`` (Ray tasks and
             actors, on a local instance or the cluster at ``ray_address``).
         ray_address: ``None`` starts a local Ray instance; ``auto`` or ``ray://host:port``
@@ -154,6 +157,7 @@ class RunConfig(BaseModel):
     description: str = ""
     max_steps: int = Field(default=50, ge=1)
     workers: int = Field(default=1, ge=1)
+    threads: int | None = Field(default=None, ge=1)
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     lanes: int = Field(default=1, ge=1)

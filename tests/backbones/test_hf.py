@@ -74,6 +74,23 @@ def test_one_pass_scores_equal_one_pass_per_candidate(tiny_backbone):
     assert (scored.prompt_tokens, scored.candidate_tokens) == (prompt, cands)
 
 
+def test_scoring_a_growing_prompt_reuses_the_cache_and_matches_a_fresh_pass(tiny_backbone):
+    """Each step prefills only the new prompt tokens, in the same pass as the candidates;
+    the scores equal those of a full pass from scratch."""
+    reuse = TransformersBackbone(tiny_backbone.model, tokenizer=tiny_backbone.tokenizer)
+    candidates = ["go north", "look", "take apple from table"]
+    messages = list(MSGS)
+    for step in range(3):
+        before = dict(reuse.stats)
+        scores = reuse.score(messages, candidates)
+        assert list(scores.values) == pytest.approx(naive_scores(tiny_backbone, messages, candidates), abs=1e-4)
+        computed = reuse.stats["prefill_tokens"] - before["prefill_tokens"]
+        if step:
+            assert 0 < computed < scores.prompt_tokens // 2  # only what is new
+            assert reuse.stats["reused_tokens"] > before["reused_tokens"]
+        messages += [{"role": "assistant", "content": "look"}, {"role": "user", "content": f"step {step}: you see a door"}]
+
+
 def test_long_prompt_keeps_head_and_tail(tiny_backbone):
     small = TransformersBackbone(tiny_backbone.model, tokenizer=tiny_backbone.tokenizer, max_context=64)
     long = [MSGS[0], {"role": "user", "content": "look " * 500}]

@@ -97,14 +97,14 @@ class LocalExecutor:
             return
         if self.config.workers <= 1:
             if self._inline is None:
-                self._inline = Worker(self.config, self.resources, threads=os.cpu_count() or 1)
+                self._inline = Worker(self.config, self.resources, threads=self.config.threads or os.cpu_count() or 1)
             for job in jobs:
                 yield job, self._inline.run(job)
             return
         yield from self._on_processes(jobs)
 
     def _start(self, first: EvalJob) -> _Process:
-        threads = max(1, (os.cpu_count() or 1) // self.config.workers)
+        threads = self.config.threads or max(1, (os.cpu_count() or 1) // self.config.workers)
         return _Process(self.config, first, threads)
 
     def _on_processes(self, jobs: Sequence[EvalJob]) -> Iterator[tuple[EvalJob, list[EvalResult]]]:

@@ -1,0 +1,85 @@
+"""What every benchmark script shares: the machine, the spread, the order, the output.
+
+A script measures two (or more) sides in one run: it warms each side the same way,
+alternates their order (ABBA: ``abba(i)`` says who goes first in round ``i``), repeats,
+and reports the median with min-max (:func:`spread`). It then calls :func:`emit` with a
+Markdown section: printed, and written to ``benchmarks/results/<name>.md`` with the
+date, the command and the machine. ``python benchmarks/results.py`` (``make bench``)
+assembles ``benchmarks/RESULTS.md`` from those files, so every figure there is a
+script's output.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["RESULTS_DIR", "abba", "emit", "machine", "ratio_spread", "spread"]
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> str:
+    """CPU, memory, OS, Python and the versions the figures depend on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        mem = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
+    except (ValueError, OSError, AttributeError):
+        mem = "?"
+    versions = []
+    for name in ("torch", "transformers", "textworld", "scienceworld", "alfworld", "faiss", "ray"):
+        module = sys.modules.get(name)
+        if module is not None:
+            versions.append(f"{name} {getattr(module, '__version__', '?')}")
+    gpu = "no GPU"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name(0)
+    return (f"{os.cpu_count()} vCPUs ({cpu}), {mem} GiB RAM, {gpu}, {platform.system()} {platform.release()}; "
+            f"Python {platform.python_version()}" + (f"; {', '.join(versions)}" if versions else ""))
+
+
+def abba(round_index: int) -> bool:
+    """Whether side A goes first in this round (A B B A A B B A ...)."""
+    return round_index % 2 == 0
+
+
+def spread(values: Sequence[float], digits: int = 2) -> str:
+    """``median (min-max)``; one value is given alone."""
+    if not values:
+        return "n/a"
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:.{digits}f}"
+    return f"{med:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def ratio_spread(numerators: Sequence[float], denominators: Sequence[float], digits: int = 2) -> str:
+    """The spread of per-round ratios (rounds paired: each ratio is of one round)."""
+    return spread([n / d for n, d in zip(numerators, denominators, strict=True) if d], digits)
+
+
+def emit(name: str, title: str, body: str, machine_line: str | None = None) -> Path:
+    """Print a result section and keep it as ``benchmarks/results/<name>.md``."""
+    RESULTS_DIR.mkdir(exist_ok=True)
+    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+    date = datetime.date.today().isoformat()
+    text = (f"## {title} ({date})\n\n{body.rstrip()}\n\n"
+            f"Command: `{command}`. Machine: {machine_line or machine()}.\n")
+    path = RESULTS_DIR / f"{name}.md"
+    path.write_text(text)
+    print("\n" + text, flush=True)
+    return path
