@@ -107,6 +107,7 @@ def serve(runs: Sequence[str | Path], host: str = "127.0.0.1", port: int = 0, op
     viewer = Viewer(runs, rebuild=rebuild)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.bind((host, port))
+    sock.listen(128)  # connections queue from now on: the printed address answers at once
     url = f"http://{host}:{sock.getsockname()[1]}/"
     print(f"ap-gym view: {url}  ({len(runs)} run(s); Ctrl-C stops)", flush=True)
     if open_browser:
