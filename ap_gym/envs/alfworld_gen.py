@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ap_gym.envs.isolated import isolated
-from ap_gym.paths import cache_dir
+from ap_gym.paths import cache_dir, publish_dir
 
 __all__ = ["TASK_TYPES", "AlfGameSpec", "ensure_alfworld_game", "generate_alfworld_game", "scenes"]
 
@@ -228,10 +228,13 @@ def _check(game_file: Path) -> list[str] | None:
         env.close()
 
 
+def _complete(final: Path) -> bool:
+    return all((final / f).exists() for f in ("game.tw-pddl", "traj_data.json", "walkthrough.json"))
+
+
 def _cached(spec: AlfGameSpec) -> tuple[Path, bool]:
     final = cache_dir("alfworld", f"games-v{GENERATOR_VERSION}") / spec.task_id.replace("/", "__")
-    done = all((final / f).exists() for f in ("game.tw-pddl", "traj_data.json", "walkthrough.json"))
-    return final / "game.tw-pddl", done
+    return final / "game.tw-pddl", _complete(final)
 
 
 def ensure_alfworld_game(spec: AlfGameSpec, attempts: int = 20) -> Path:
@@ -255,7 +258,6 @@ def generate_alfworld_game(spec: AlfGameSpec, attempts: int = 20) -> Path:
     if done:
         return game
     final = game.parent
-    shutil.rmtree(final, ignore_errors=True)
     for attempt in range(attempts):
         candidate = AlfGameSpec(spec.task_type, spec.scene, spec.seed * 1000 + attempt)
         built = build_game(candidate)
@@ -269,9 +271,6 @@ def generate_alfworld_game(spec: AlfGameSpec, attempts: int = 20) -> Path:
             shutil.rmtree(tmp, ignore_errors=True)
             continue
         (tmp / "walkthrough.json").write_text(json.dumps(plan))
-        try:
-            tmp.rename(final)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
+        publish_dir(tmp, final, _complete)  # another process's complete copy is as good as ours
         return game
     raise RuntimeError(f"no solvable ALFWorld game for {spec.task_id} in {attempts} attempts")

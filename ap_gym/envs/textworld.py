@@ -42,7 +42,7 @@ from typing import Any
 from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
 from ap_gym.envs.isolated import isolated
 from ap_gym.errors import EnvInfrastructureError
-from ap_gym.paths import cache_dir
+from ap_gym.paths import cache_dir, publish_dir
 
 __all__ = ["GameSpec", "TextWorldEnv", "default_suite", "ensure_game", "generate_game", "goal_of"]
 
@@ -108,6 +108,10 @@ def _game_dir() -> Path:
     return cache_dir("textworld", "games-1.7.0")
 
 
+def _game_complete(final: Path) -> bool:
+    return (final / "game.z8").exists() and (final / "game.json").exists()
+
+
 def ensure_game(spec: GameSpec) -> Path:
     """The path of ``spec``'s game file, generating it first if the cache lacks it.
 
@@ -127,10 +131,8 @@ def generate_game(spec: GameSpec) -> Path:
     looks complete."""
     final = _game_dir() / spec.digest
     game = final / "game.z8"
-    if game.exists() and (final / "game.json").exists():
+    if _game_complete(final):
         return game
-    if final.exists():  # half-written or damaged: regenerate
-        shutil.rmtree(final, ignore_errors=True)
     import textworld
     import textworld.challenges
     from textworld.generator import compile_game
@@ -154,10 +156,7 @@ def generate_game(spec: GameSpec) -> Path:
         if not (tmp / "game.json").exists():
             game_obj.save(str(tmp / "game.json"))
         (tmp / "spec.json").write_text(json.dumps({"task_id": spec.task_id, "seed": spec.seed}))
-        try:
-            tmp.rename(final)
-        except OSError:  # another process won the race; its copy is as good as ours
-            shutil.rmtree(tmp, ignore_errors=True)
+        publish_dir(tmp, final, _game_complete)  # another process's complete copy is as good as ours
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
