@@ -19,8 +19,9 @@ import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["RESULTS_DIR", "abba", "emit", "machine", "ratio_spread", "spread"]
+__all__ = ["RESULTS_DIR", "abba", "emit", "gold_path", "machine", "ratio_spread", "spread"]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -50,6 +51,18 @@ def machine() -> str:
         gpu = torch.cuda.get_device_name(0)
     return (f"{os.cpu_count()} vCPUs ({cpu}), {mem} GiB RAM, {gpu}, {platform.system()} {platform.release()}; "
             f"Python {platform.python_version()}" + (f"; {', '.join(versions)}" if versions else ""))
+
+
+def gold_path(env: Any, task_id: str) -> list[str]:
+    """A task's walkthrough, cut where the (wrapped) env says the episode ended: the same
+    actions for every side that replays it."""
+    _, info = env.reset(options={"task_id": task_id, "walkthrough": True})
+    plan = []
+    for action in info["walkthrough"]:
+        plan.append(action)
+        if env.step(action)[2]:
+            break
+    return plan
 
 
 def abba(round_index: int) -> bool:

@@ -19,32 +19,21 @@ The time to generate an ALFWorld game into a fresh cache is printed too.
 from __future__ import annotations
 
 import argparse
-import sys as _sys
+import sys
 import time
 from collections.abc import Callable
-from pathlib import Path as _Path
+from pathlib import Path
 
 import gymnasium as gym
 
 import ap_gym  # noqa: F401
 
-_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
-from benchmarks._bench import emit, machine, spread  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._bench import emit, gold_path, machine, spread  # noqa: E402
 
 #: A side: ``start(task_id)`` resets to the task (untimed), ``step(action)`` steps and
 #: returns whether the episode ended.
 Side = tuple[Callable[[str], None], Callable[[str], bool]]
-
-
-def _until_done(env, tid: str) -> list[str]:
-    """The gold path of ``tid`` cut where the wrapped env says the episode ended."""
-    _, info = env.reset(options={"task_id": tid, "walkthrough": True})
-    plan = []
-    for a in info["walkthrough"]:
-        plan.append(a)
-        if env.step(a)[2]:
-            break
-    return plan
 
 
 def compare(plans: dict[str, list[str]], raw: Side, wrapped: Side, rounds: int) -> dict[str, list[float]]:
@@ -106,7 +95,7 @@ def scienceworld(n_tasks: int, rounds: int) -> dict[str, list[float]]:
     env = gym.make("ap_gym/ScienceWorld-v0", split="test", max_episode_steps=100_000)
     raw = Raw("", envStepLimit=10**9)
     tasks = env.unwrapped.task_ids("test")[:: max(1, 60 // n_tasks)][:n_tasks]
-    plans = {tid: _until_done(env, tid) for tid in tasks}
+    plans = {tid: gold_path(env, tid) for tid in tasks}
 
     def raw_start(tid: str) -> None:
         task, _, var = tid.rpartition("/")
@@ -130,7 +119,7 @@ def textworld(n_tasks: int, rounds: int) -> dict[str, list[float]]:
 
     env = gym.make("ap_gym/TextWorld-v0", split="test", admissible_commands=False, max_episode_steps=100_000)
     tasks = env.unwrapped.task_ids("test")[:: max(1, 20 // n_tasks)][:n_tasks]
-    plans = {tid: _until_done(env, tid) for tid in tasks}
+    plans = {tid: gold_path(env, tid) for tid in tasks}
     infos = tw.EnvInfos(objective=True, score=True, max_score=True, won=True, lost=True, extras=["walkthrough"])
     try:
         return compare(plans, _tw_raw(lambda tid: tw.start(str(env.unwrapped.game_path(tid)), infos)), _wrapped(env),
@@ -163,7 +152,7 @@ def alfworld(n_tasks: int, rounds: int) -> dict[str, list[float]]:
     else:
         os.environ["AP_GYM_CACHE"] = old
     env = gym.make("ap_gym/ALFWorld-v0", split="test", admissible_commands=False, max_episode_steps=100_000)
-    plans = {spec.task_id: _until_done(env, spec.task_id) for spec in specs}
+    plans = {spec.task_id: gold_path(env, spec.task_id) for spec in specs}
     infos = tw.EnvInfos(won=True, admissible_commands=True)
     raw = _tw_raw(lambda tid: tw.start(str(env.unwrapped.game_path(tid)), infos,
                                        wrappers=[AlfredDemangler(), AlfredInfos()]))

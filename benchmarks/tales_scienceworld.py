@@ -28,18 +28,17 @@ import importlib.util
 import platform
 import subprocess
 import sys
-import sys as _sys
 import time
 import zipfile
-from pathlib import Path as _Path
+from pathlib import Path
 
 import gymnasium as gym
 
 import ap_gym  # noqa: F401
 
-_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ap_gym.paths import cache_dir
-from benchmarks._bench import emit, machine, ratio_spread, spread  # noqa: E402
+from benchmarks._bench import emit, gold_path, machine, ratio_spread, spread  # noqa: E402
 
 WHEEL = "tale-suite==1.0.0rc2"
 
@@ -74,13 +73,7 @@ def gold_paths(n: int) -> dict[str, list[str]]:
     ids = env.unwrapped.task_ids("test")
     plans = {}
     for tid in ids[:: max(1, len(ids) // n)][:n]:
-        _, info = env.reset(options={"task_id": tid, "walkthrough": True})
-        plan = []
-        for a in info["walkthrough"]:
-            plan.append(a)
-            if env.step(a)[2]:
-                break
-        plans[tid] = plan
+        plans[tid] = gold_path(env, tid)
     env.close()
     return plans
 

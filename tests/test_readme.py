@@ -50,3 +50,16 @@ def test_readme_loops_run(marker, capsys):
     block = next(b for b in _blocks() if marker in b)
     exec(compile(block, "README", "exec"), {"__name__": "readme"})
     assert capsys.readouterr().out.strip()
+
+
+def test_every_figure_the_readme_quotes_is_in_results_md():
+    """README quotes only measured figures, and only those RESULTS.md (generated from the
+    benchmark scripts' output) holds: every ratio (``1.02x``) and every dated figure."""
+    results = (README.parent / "benchmarks" / "RESULTS.md").read_text()
+    section = README.read_text().split("## Benchmarks", 1)[1]
+    quoted = re.findall(r"(?<![\w.])(\d+\.\d+)x", section)
+    assert quoted, "the Benchmarks section quotes no ratio"
+    missing = [q for q in quoted if q not in results]
+    assert not missing, f"README quotes ratios that RESULTS.md does not hold: {missing}"
+    for date in set(re.findall(r"20\d\d-\d\d-\d\d", section)):
+        assert date in results, f"README dates a figure {date}, but no RESULTS.md section has that date"

@@ -45,7 +45,7 @@ __all__ = ["FILTERS", "RunIndex", "wilson"]
 log = logging.getLogger(__name__)
 
 #: Bump when the index's tables change: an index of another version is rebuilt.
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 #: Episode columns a client may filter on (exact match).
 FILTERS = ("benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome")
 
@@ -108,6 +108,34 @@ def _tokens(usage: Mapping[str, Any]) -> int:
         value = usage.get(key) or {}
         total += sum(value.values()) if isinstance(value, Mapping) else int(value or 0)
     return int(total)
+
+
+_STEPS = b', "steps": ['
+
+
+def _head(raw: bytes) -> dict[str, Any] | None:
+    """An episode line without its steps (most of its bytes: prompts), or ``None`` when
+    the line is damaged. The index needs only the head; ``steps`` is the line's last key
+    (:meth:`~ap_gym.protocol.results.EpisodeLine.to_dict`), and quotes inside JSON strings
+    are escaped, so cutting at its key leaves valid JSON. Any line that does not cut
+    cleanly is parsed whole."""
+    if not raw.rstrip().endswith(b"]}"):
+        return None  # cut short (a kill) or not an episode line
+    cut = raw.rfind(_STEPS)
+    line = None
+    if cut > 0:
+        try:
+            line = json.loads(raw[:cut] + b"}")
+        except ValueError:
+            line = None
+    if line is None:
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            return None
+    if not isinstance(line, dict) or "phase" not in line or "task_id" not in line:
+        return None
+    return line
 
 
 def _signature(run: Path) -> str:
@@ -204,11 +232,8 @@ class RunIndex:
                 start, offset = offset, offset + len(raw)
                 if not raw.strip():
                     continue
-                try:
-                    x = json.loads(raw)
-                    if not isinstance(x, dict) or "phase" not in x or "task_id" not in x:
-                        raise ValueError
-                except ValueError:
+                x = _head(raw)
+                if x is None:
                     continue  # a damaged or cut line: results.read_lines says so on resume
                 setting = setting_key(x)
                 info = x.get("policy_info") or {}
@@ -345,7 +370,12 @@ class RunIndex:
             raise KeyError(f"no episode {episode_id} in {self.run}")
         with open(self.run / r["file"] / EPISODES, "rb") as f:
             f.seek(r["offset"])
-            line = json.loads(f.read(r["length"]))
+            raw = f.read(r["length"])
+        try:
+            line = json.loads(raw)
+        except ValueError as e:
+            raise ValueError(f"episode {episode_id}'s line in {r['file']}/{EPISODES} is damaged ({e}); resuming the "
+                             "run moves it to episodes.jsonl.bad and keeps every valid line") from None
         info = line.get("policy_info") or {}
         retrieved = [int(i) for i in info.get("retrieved_records") or [] if isinstance(i, int)]
         links = dict(self.conn.execute(

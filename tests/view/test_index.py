@@ -140,3 +140,21 @@ def test_the_static_bundle_holds_every_episode(view_run, tmp_path):
     with pytest.raises(FileExistsError):
         write_static([view_run], tmp_path)  # a directory that is not a bundle is never cleared
     write_static([view_run], tmp_path / "bundle")  # a bundle is rewritten in place
+
+
+def test_the_index_reads_heads_exactly_as_a_full_parse_would(view_run):
+    """The index parses each line without its steps; the head must equal the full
+    line minus ``steps``, and lines that are cut or not episodes are left out."""
+    from ap_gym.view.index import _head
+
+    path = next(setting_dirs(view_run)) / "episodes.jsonl"
+    for raw in path.read_bytes().splitlines(keepends=True):
+        full = json.loads(raw)
+        full.pop("steps")
+        assert _head(raw) == full
+    raw = path.read_bytes().splitlines(keepends=True)[0]
+    assert _head(raw[: len(raw) // 2]) is None  # a line cut by a kill
+    assert _head(b'{"phase": "train"}\n') is None
+    tricky = json.dumps({"phase": "eval", "task_id": "t", "policy_info": {"note": 'a "steps": [ inside'},
+                         "steps": [{"action": ', "steps": [', "observation": "x"}]}).encode() + b"\n"
+    assert _head(tricky) == {"phase": "eval", "task_id": "t", "policy_info": {"note": 'a "steps": [ inside'}}
