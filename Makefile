@@ -70,7 +70,7 @@ view-assets:
 	cp build/npm/package/dist/uPlot.iife.min.js build/npm/package/dist/uPlot.min.css ap_gym/view/static/vendor/
 	cp build/npm/package/LICENSE ap_gym/view/static/vendor/uPlot.LICENSE
 
-# Benchmarks: each script writes its section to benchmarks/results/, and results.py
+# Benchmarks: each script writes its section to benchmarks/sections/, and results.py
 # assembles benchmarks/RESULTS.md from them. `bench` re-runs what fits this 2-core machine
 # in under 30 minutes (run nothing else meanwhile: the figures are timings); `bench-full`
 # re-runs every script at full size (hours: the 1M-record index, TALES, vLLM, injection).

@@ -3,7 +3,7 @@
 A script measures two (or more) sides in one run: it warms each side the same way,
 alternates their order (ABBA: ``abba(i)`` says who goes first in round ``i``), repeats,
 and reports the median with min-max (:func:`spread`). It then calls :func:`emit` with a
-Markdown section: printed, and written to ``benchmarks/results/<name>.md`` with the
+Markdown section: printed, and written to ``benchmarks/sections/<name>.md`` with the
 date, the command and the machine. ``python benchmarks/results.py`` (``make bench``)
 assembles ``benchmarks/RESULTS.md`` from those files, so every figure there is a
 script's output.
@@ -23,7 +23,7 @@ from typing import Any
 
 __all__ = ["RESULTS_DIR", "abba", "emit", "gold_path", "machine", "ratio_spread", "spread"]
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = Path(__file__).resolve().parent / "sections"
 
 
 def machine() -> str:
@@ -86,7 +86,7 @@ def ratio_spread(numerators: Sequence[float], denominators: Sequence[float], dig
 
 
 def emit(name: str, title: str, body: str, machine_line: str | None = None) -> Path:
-    """Print a result section and keep it as ``benchmarks/results/<name>.md``."""
+    """Print a result section and keep it as ``benchmarks/sections/<name>.md``."""
     RESULTS_DIR.mkdir(exist_ok=True)
     command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0]), *sys.argv[1:]])
     date = datetime.date.today().isoformat()
