@@ -43,6 +43,17 @@ def test_contract_and_success_definition(sw_env):
     assert "look around" in info["admissible_commands"]
 
 
+def test_admissible_commands_are_the_engines_valid_actions(sw_env):
+    """One JSON round trip gives exactly the list the engine's Java list gives, element by element."""
+    tid = sw_env.unwrapped.task_ids("test")[1]
+    obs, info = sw_env.reset(options={"task_id": tid, "admissible_commands": True})
+    server = sw_env.unwrapped._engine.server
+    for action in ("look around", "open door", "go to hallway"):
+        assert info["admissible_commands"] == sorted(str(a) for a in server.getValidActionObjectCombinations())
+        obs, reward, term, trunc, info = sw_env.step(action)
+    sw_env.reset(options={"task_id": tid, "admissible_commands": False})
+
+
 def test_bad_input(sw_env):
     with pytest.raises(UnknownTaskError, match="unknown task id"):
         sw_env.reset(options={"task_id": "boil/99999"})
