@@ -53,11 +53,15 @@ def test_workers_give_the_same_episodes(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("phase", ["eval", "train"])
 def test_a_killed_run_resumes_to_the_same_summary(tmp_path, phase):
-    data = config(tmp_path / "killed", policies=config(tmp_path)["policies"][1:2], iterations=2)
+    # Killed at the first poll that sees the point (not "exactly when"): episodes of the tiny
+    # model take milliseconds, and a poll that missed the one moment let the run finish.
+    # Six held-out and training tasks leave room for the kill to land mid-phase.
+    data = config(tmp_path / "killed", policies=config(tmp_path)["policies"][1:2], iterations=2, heldout=6,
+                  train_per_iter=6)
     if phase == "eval":  # in the middle of iteration 1's held-out evaluation
-        kill_resume_and_compare(tmp_path, data, lambda ls: sum(x["phase"] == "eval" and x["iteration"] == 1 for x in ls) == 1)
+        kill_resume_and_compare(tmp_path, data, lambda ls: sum(x["phase"] == "eval" and x["iteration"] == 1 for x in ls) >= 1)
     else:  # in the middle of iteration 1's training
-        kill_resume_and_compare(tmp_path, data, lambda ls: sum(x["phase"] == "train" and x["iteration"] == 1 for x in ls) == 2)
+        kill_resume_and_compare(tmp_path, data, lambda ls: sum(x["phase"] == "train" and x["iteration"] == 1 for x in ls) >= 2)
 
 
 def test_several_backbones_give_results_and_a_report_per_backbone(tmp_path):
