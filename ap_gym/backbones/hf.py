@@ -338,15 +338,11 @@ class TransformersBackbone:
         prefix = len(ids)
         tokens, positions, spans = pack(cand_ids, chunk, prefix)
         s, n = len(suffix), len(tokens)
-        allowed = torch.zeros(s + n, common + s + n, dtype=torch.bool, device=self.device)
-        allowed[:, :common] = True
-        allowed[:s, common:common + s] = torch.ones(s, s, dtype=torch.bool, device=self.device).tril()
-        allowed[s:, common:common + s] = True
-        for off, length in spans:
-            for j in range(length):
-                allowed[s + off + j, prefix + off: prefix + off + j + 1] = True
-        mask = torch.zeros(allowed.shape, dtype=self.model.dtype, device=self.device)
-        mask.masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
+        top = torch.zeros(s, common + s + n, dtype=torch.bool, device=self.device)
+        top[:, :common] = True
+        top[:, common:common + s] = torch.ones(s, s, dtype=torch.bool, device=self.device).tril()
+        mask = torch.cat([to_additive(top, self.model.dtype).to(self.device),
+                          candidate_mask(spans, prefix, n, self.model.dtype, self.device)])
         out = self._forward(suffix + tokens, self._main.kv, attention_mask=mask[None, None],
                             position_ids=torch.tensor([list(range(common, prefix)) + positions], device=self.device),
                             logits_to_keep=n + 1)

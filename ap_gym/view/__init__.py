@@ -92,7 +92,7 @@ class Viewer:
                         rows = list(csv.reader(f))
                     if rows:
                         tables.append({"name": name, "header": rows[0], "rows": rows[1:]})
-            self._reports[k] = {"tables": tables, "markdown": (out / "report.md").read_text()}
+            self._reports[k] = {"tables": tables}
         return self._reports[k]
 
 
