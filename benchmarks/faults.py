@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,6 +77,10 @@ def attempt(category: str, name: str, fn: Callable[[], str], limit_s: float) -> 
     thread.join(limit_s)
     seconds = time.monotonic() - t
     if thread.is_alive():
+        # where it is stuck, so that a hang names its cause
+        frame = sys._current_frames().get(thread.ident or -1)
+        stack = "".join(traceback.format_stack(frame)[-6:]) if frame else "(no frame)"
+        print(f"hang: {category}: {name}; the thread is stuck at:\n{stack}", file=sys.stderr, flush=True)
         return Outcome(category, name, "hang", f"no answer within {limit_s:g} s", seconds)
     outcome, _, detail = box["result"].partition("|")
     return Outcome(category, name, outcome, detail, seconds)

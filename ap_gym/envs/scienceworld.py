@@ -233,16 +233,18 @@ class ScienceWorldEnv(TextEnv):
         )
 
     def _kill_engine(self) -> None:
+        """End the JVM without a word to it: it holds nothing to save, and a polite shutdown
+        is one more conversation with a process that may be stopped or dying."""
         engine, self._engine = self._engine, None
         if engine is None:
             return
         with contextlib.suppress(Exception):
-            if engine._gateway.java_process.poll() is None:
-                engine.close()
+            process = engine._gateway.java_process
+            process.kill()
+            process.wait(timeout=10)
         with contextlib.suppress(Exception):
-            engine._gateway.java_process.kill()
-            engine._gateway.java_process.wait(timeout=10)
-        with contextlib.suppress(Exception):
+            # sockets and the callback server are local: closing them needs no answer
+            engine._gateway.close(keep_callback_server=True)
             engine._gateway.shutdown_callback_server()
 
     def close(self) -> None:

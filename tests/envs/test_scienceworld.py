@@ -126,6 +126,31 @@ def test_a_hung_jvm_is_killed_by_the_watchdog_and_reset_recovers():
         env.close()
 
 
+def test_closing_an_env_whose_jvm_is_stopped_returns():
+    """close() must not wait on a JVM that will never answer, and must not leave it
+    behind stopped."""
+    import os
+    import signal
+    import threading
+    import time
+
+    env = gym.make("ap_gym/ScienceWorld-v0", split="test", engine_timeout_s=60)
+    env.reset(options={"task_id": env.unwrapped.task_ids("test")[0]})
+    process = env.unwrapped._engine._gateway.java_process
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        closer = threading.Thread(target=env.close, daemon=True)
+        t = time.monotonic()
+        closer.start()
+        closer.join(30)
+        assert not closer.is_alive(), "env.close() hung on a stopped JVM"
+        assert time.monotonic() - t < 15
+        assert process.poll() is not None  # and the JVM is gone, not left stopped
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
 def test_the_jvm_is_recycled_after_its_reset_budget():
     env = gym.make("ap_gym/ScienceWorld-v0", split="test", recycle_every=2)
     try:
