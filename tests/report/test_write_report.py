@@ -44,6 +44,24 @@ def test_report_writes_every_table_and_a_png(tiny_run):
     assert "shop @ tiny-llama(seed=0)" in final and "anti_persistence" in final
 
 
+def test_a_setting_whose_memory_cannot_be_read_is_named_not_dropped(tiny_run, tmp_path):
+    """The audit once skipped such a setting without a word (``except Exception: continue``),
+    so a damaged store looked like a method that stored nothing."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("report", "r2"))
+    damaged = run / "shop" / "abstraction" / "seed0" / "memory.sqlite"
+    assert damaged.exists()
+    damaged.write_bytes(b"\0" * damaged.stat().st_size)
+    out = write_report([run], out=tmp_path / "report")
+    text = (out / "report.md").read_text()
+    assert "Settings whose memory could not be read (not audited)" in text
+    assert "- shop/abstraction/seed0: " in text
+    audited = {r.split(",")[0] for r in (out / "audit.csv").read_text().splitlines()[1:]}
+    assert "shop/abstraction/seed1" in audited and "shop/abstraction/seed0" not in audited
+
+
 def test_cli_report_and_run_table(tiny_run, capsys):
     assert main(["report", str(tiny_run), "--out", str(tiny_run / "r2")]) == 0
     assert (tiny_run / "r2" / "report.md").exists()
