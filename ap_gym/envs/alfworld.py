@@ -104,7 +104,9 @@ class ALFWorldEnv(TextEnv):
         data: the official data folder; default ``$ALFWORLD_DATA`` when it holds
             ``json_2.1.1``, else the generated suite.
         split_seed: fixes the unseen scenes (generated) or the training sample (official).
-        engine_timeout_s: the longest one engine call may take before its process is killed.
+        engine_timeout_s: the longest one engine call may take before its process is killed;
+            loading a game gets three times that, and starting the engine process its own
+            budget (:class:`~ap_gym.envs.engine_process.EngineProcess`).
         recycle_every: start a new engine process after this many resets. The engine
             leaks native memory (~1.4 MB per reset, in fast-downward) that only the end of
             its process returns; 0 never recycles.
@@ -154,7 +156,9 @@ class ALFWorldEnv(TextEnv):
         want_plan = bool(options.get("walkthrough")) and not walkthrough_file.exists()
         self._engine.new_game()
         try:
-            state = self._engine.call("start", str(path), want_plan)
+            # loading a game (parsing its PDDL, and planning when asked) gets three times
+            # a step's limit, as ScienceWorld's loading does
+            state = self._engine.call("start", str(path), want_plan, timeout_s=3 * self._engine.timeout_s)
         except EnvInfrastructureError as e:
             raise EnvInfrastructureError(f"ALFWorld could not start {path}: {e}") from e
         feedback = state["feedback"]

@@ -9,6 +9,10 @@ gives a watchdog (a call that takes longer than ``timeout_s`` kills the child) a
 containment (a native crash in the engine ends the child, not the caller); both become
 :class:`~ap_gym.errors.EnvInfrastructureError`, and the next game starts a new child.
 
+Starting a child (spawn, imports, ``factory()``) has a budget of its own,
+``start_timeout_s``: on a cold machine it can take longer than any one call, and counted
+against the first call it made a tight ``timeout_s`` fail the first game of every child.
+
 The child is a plain object built by ``factory()`` (a picklable, module-level callable);
 :meth:`EngineProcess.call` runs one of its methods by name. Arguments and results must
 pickle; keep them to strings, lists and dicts.
@@ -47,7 +51,12 @@ def _serve(conn: Connection, factory: Callable[[], Any], env: dict[str, str | No
     for key, value in env.items():
         if value is not None:
             os.environ[key] = value
-    engine = factory()
+    try:
+        engine = factory()
+    except Exception as e:  # said to the parent, which raises it with the engine's name
+        conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"))
+        return
+    conn.send(("ready", None))
     while True:
         try:
             request = conn.recv()
@@ -73,13 +82,16 @@ class EngineProcess:
         timeout_s: the longest one call may take before the child is killed.
         recycle_every: start a new child after this many calls to :meth:`new_game`
             (0: never).
+        start_timeout_s: the longest a new child may take to be ready (spawn, imports,
+            ``factory()``), apart from any call's ``timeout_s``.
     """
 
     def __init__(self, factory: Callable[[], Any], *, name: str, timeout_s: float = 120.0,
-                 recycle_every: int = 50) -> None:
+                 recycle_every: int = 50, start_timeout_s: float = 300.0) -> None:
         self.factory = factory
         self.name = name
         self.timeout_s = timeout_s
+        self.start_timeout_s = start_timeout_s
         self.recycle_every = recycle_every
         self._process: mp.process.BaseProcess | None = None
         self._conn: Connection | None = None
@@ -139,6 +151,22 @@ class EngineProcess:
         child.close()
         self._process, self._conn, self._games = process, parent, 0
         self.started += 1
+        try:
+            if not parent.poll(self.start_timeout_s):
+                self.close(kill=True)
+                raise EnvInfrastructureError(
+                    f"{self.name}'s engine process was not ready within {self.start_timeout_s:g} s of its start; "
+                    "it was killed (a machine this loaded needs a larger start_timeout_s)")
+            status, value = parent.recv()
+        except (EOFError, OSError) as e:
+            code = process.exitcode
+            self.close(kill=True)
+            raise EnvInfrastructureError(
+                f"{self.name}'s engine process died while starting (exit code {code}); "
+                "call reset() to try a new one") from e
+        if status != "ready":
+            self.close(kill=True)
+            raise EnvInfrastructureError(f"{self.name}'s engine could not be built: {value}")
         return parent
 
     def close(self, *, kill: bool = False) -> None:

@@ -1,0 +1,67 @@
+"""The engine child process: its start-up has a budget of its own, apart from each call's."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ap_gym.envs.engine_process import EngineProcess
+from ap_gym.errors import EnvInfrastructureError
+
+
+class SlowToBuild:
+    """An engine whose construction takes longer than one call may (a cold machine's imports)."""
+
+    def __init__(self) -> None:
+        time.sleep(2.5)
+
+    def echo(self, text: str) -> str:
+        return text
+
+    def hang(self) -> None:
+        time.sleep(60)
+
+
+class NeverBuilt:
+    def __init__(self) -> None:
+        time.sleep(60)
+
+
+class CannotBeBuilt:
+    def __init__(self) -> None:
+        raise RuntimeError("the game data is missing: run make install")
+
+
+def test_a_childs_start_up_does_not_count_against_its_first_call():
+    """Once the first call's deadline also covered spawning the child and building the
+    engine, so the first game of every new child failed under a tight ``timeout_s`` on a
+    loaded machine (seen in a fresh-clone CI run: ALFWorld could not start its first game)."""
+    engine = EngineProcess(SlowToBuild, name="Slow", timeout_s=1.5)
+    try:
+        engine.new_game()
+        assert engine.call("echo", "hello") == "hello"
+        # the call's own watchdog still holds
+        with pytest.raises(EnvInfrastructureError, match="did not answer hang within 1.5 s"):
+            engine.call("hang")
+        assert engine.pid is None
+    finally:
+        engine.close(kill=True)
+
+
+def test_a_child_that_is_never_ready_is_killed_at_its_start_budget():
+    engine = EngineProcess(NeverBuilt, name="Stuck", timeout_s=1, start_timeout_s=2)
+    started = time.monotonic()
+    with pytest.raises(EnvInfrastructureError, match="not ready within 2 s"):
+        engine.new_game()
+    assert time.monotonic() - started < 20
+    assert engine.pid is None
+
+
+def test_an_engine_that_cannot_be_built_says_why():
+    """Before, the parent saw only 'died during <call> (exit code 1)'; the reason was in a
+    traceback on the child's stderr."""
+    engine = EngineProcess(CannotBeBuilt, name="Broken", timeout_s=5)
+    with pytest.raises(EnvInfrastructureError, match="could not be built: RuntimeError: the game data is missing"):
+        engine.new_game()
+    assert engine.pid is None
