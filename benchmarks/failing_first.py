@@ -1,0 +1,194 @@
+"""Issue 15's tests against the code before each fix: do they fail there?
+
+The reliability fixes landed with their tests in the same commits, so "this test fails
+without the fix" was never shown at the time. This script shows it after the fact, from
+git history alone: for each fix, a git worktree holds the package as it was *before* the
+fix (the fix commit's parent) with the tests as they were *in* the fix commit, and each
+test the fix added runs alone, in its own pytest process, under a time limit (a fix for a
+hang fails by hanging). Outcomes per test:
+
+* ``failed``: an assertion failed, an expected error was not raised, or the old code
+  raised a raw exception where the test wants a clear one: the fault, shown;
+* ``hung``: no result within the limit: the fault (a hang), shown;
+* ``API absent``: the old code lacks a name the test uses (ImportError, AttributeError on
+  an ap-gym object, an unknown fixture or keyword): the test cannot run there, so it shows
+  nothing about the fault; said as such, never counted as shown;
+* ``passed``: the test does not tell the old code from the new.
+
+It needs the git history (a clone, not an sdist) and a venv that runs the current suite.
+
+    python benchmarks/failing_first.py [--only 36db218] [--limit 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._bench import emit  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One fix: the tests it added (``path::function``, every parameter), and the commits
+    whose package (``before``) and tests (``tests``) the check uses."""
+
+    items: str
+    what: str
+    before: str
+    tests: str
+    nodes: tuple[str, ...]
+
+
+# The commit before each fix is its parent; the tests are the fix commit's own.
+FIXES = (
+    Fix("4, 12", "served models: deadlines; client errors answered 4xx", "acac517", "6818261", (
+        "tests/backbones/test_openai.py::test_an_overall_deadline_cuts_off_a_slow_or_silent_server",
+        "tests/backbones/test_openai.py::test_a_hanging_model_list_fails_fast_at_start",
+        "tests/backbones/test_server.py::test_client_errors_are_answered_4xx")),
+    Fix("1, 3, 5, 6, 7, 9, 11, 13", "snapshots, stores, watchdog, signals, scores", "6818261", "36db218", (
+        "tests/policies/test_memory_policies.py::test_a_bad_snapshot_is_refused_before_the_live_memory_is_touched",
+        "tests/policies/test_memory_policies.py::test_a_snapshot_of_another_design_is_refused",
+        "tests/memory/test_index.py::test_an_index_file_of_another_database_is_never_used",
+        "tests/envs/test_scienceworld.py::test_a_hung_jvm_is_killed_by_the_watchdog_and_reset_recovers",
+        "tests/protocol/executors/test_local.py::test_sigterm_and_sigint_stop_cleanly_and_say_how_to_resume",
+        "tests/backbones/test_server.py::test_a_body_that_never_arrives_is_answered_408",
+        "tests/envs/test_base.py::test_a_score_that_is_not_a_finite_number_is_an_infrastructure_failure",
+        "tests/protocol/test_results.py::test_a_setting_with_no_valid_episode_reports_no_rate",
+        "tests/memory/test_store.py::test_structural_damage_is_a_store_error",
+        "tests/memory/test_store.py::test_flipped_bits_never_escape_as_raw_sqlite_errors",
+        "tests/memory/test_store.py::test_a_read_only_directory_is_named_as_such",
+        "tests/memory/test_store.py::test_rows_added_by_another_handle_are_found",
+        "tests/memory/test_store.py::test_a_frozen_open_sees_rows_still_in_the_wal_and_writes_nothing",
+        "tests/test_rollout.py::test_random_policy_episodes_do_not_depend_on_what_ran_before")),
+    Fix("16", "game generation in a helper process", "36db218", "021b872", (
+        "tests/envs/test_isolated.py::test_a_crashing_helper_is_retried_then_reported",
+        "tests/envs/test_isolated.py::test_a_game_is_generated_in_the_helper_on_an_empty_cache")),
+    Fix("5, 14", "ALFWorld's engine in a recycled child process", "0b3a826^", "0b3a826", (
+        "tests/envs/test_alfworld.py::test_engine_runs_in_its_own_process_and_is_recycled",
+        "tests/envs/test_alfworld.py::test_a_crashed_or_hung_engine_is_an_infrastructure_error_and_reset_recovers")),
+    Fix("14", "ScienceWorld's JVM recycled", "d6e585f^", "d6e585f", (
+        "tests/envs/test_scienceworld.py::test_the_jvm_is_recycled_after_its_reset_budget",)),
+    Fix("16", "cache entries published once, never deleted under a reader", "9a7529f^", "9a7529f", (
+        "tests/test_paths.py::test_a_complete_entry_is_kept_and_ours_discarded",
+        "tests/test_paths.py::test_an_incomplete_entry_is_replaced",
+        "tests/test_paths.py::test_builders_racing_on_an_empty_cache_never_pull_an_entry_from_under_a_reader")),
+    Fix("2, 6, 8, 10", "restructure: config validation, quarantined lines, workers die with the driver",
+        "116cefe", "acac517", (
+            "tests/protocol/test_config.py::test_bad_configs_are_refused_with_the_key_named",
+            "tests/protocol/test_config.py::test_an_empty_or_malformed_file_is_refused",
+            "tests/protocol/test_config.py::test_a_moved_run_resumes_and_a_different_one_is_refused",
+            "tests/protocol/test_results.py::test_a_damaged_middle_line_is_quarantined_and_every_valid_line_kept",
+            "tests/protocol/executors/test_local.py::test_worker_processes_die_with_a_killed_driver")),
+    Fix("5, 16", "an engine child's start-up has its own budget", "da186bb^", "da186bb", (
+        "tests/envs/test_engine_process.py::test_a_childs_start_up_does_not_count_against_its_first_call",
+        "tests/envs/test_engine_process.py::test_a_child_that_is_never_ready_is_killed_at_its_start_budget",
+        "tests/envs/test_engine_process.py::test_an_engine_that_cannot_be_built_says_why")),
+    Fix("15", "the audit names a setting it could not read", "116cefe", "HEAD", (
+        "tests/report/test_write_report.py::test_a_setting_whose_memory_cannot_be_read_is_named_not_dropped",)),
+)
+
+API_ABSENT = re.compile(
+    r"^(ImportError|ModuleNotFoundError)\b|^AttributeError: .*(ap_gym|module|has no attribute '_)|"
+    r"fixture '.*' not found|unexpected keyword argument|^TypeError: .*(positional argument|required)")
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def run_test(tree: Path, node: str, limit_s: float) -> list[tuple[str, str, str, float]]:
+    """``[(case, outcome, first line of the failure, seconds)]`` for one test function."""
+    xml = tree / ".ff.xml"
+    xml.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+           f"--junitxml={xml}", node]
+    t = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the JVMs and engine processes it started too
+        proc.communicate()
+        return [(node.split("::")[-1], "hung", f"no result within {limit_s:g} s", time.monotonic() - t)]
+    seconds = time.monotonic() - t
+    if not xml.exists():
+        tail = out.decode(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+        return [(node.split("::")[-1], "API absent" if API_ABSENT.search(tail[0]) else "failed", tail[0], seconds)]
+    rows = []
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if case.find("skipped") is not None:
+            rows.append((case.get("name", "?"), "skipped", case.find("skipped").get("message", ""), seconds))
+        elif bad is None:
+            rows.append((case.get("name", "?"), "passed", "", seconds))
+        else:
+            message = bad.get("message") or bad.text or ""
+            lines = [line.strip() for line in message.splitlines() if line.strip()]
+            absent = any(API_ABSENT.search(line.lstrip("E ").strip()) for line in lines)
+            rows.append((case.get("name", "?"), "API absent" if absent else "failed",
+                         lines[0] if lines else "(no message)", seconds))
+    if not rows:  # collection failed before any test: the old package lacks what the tests import
+        tail = out.decode(errors="replace").strip()
+        found = [line for line in tail.splitlines() if API_ABSENT.search(line.strip("E ").strip())]
+        rows = [(node.split("::")[-1], "API absent" if found else "failed",
+                 (found or tail.splitlines()[-1:] or ["(no output)"])[0].strip("E ").strip(), seconds)]
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="run only the fix whose tests commit starts with this")
+    parser.add_argument("--limit", type=float, default=300.0, help="seconds per test function before it counts as hung")
+    args = parser.parse_args()
+    fixes = [f for f in FIXES if not args.only or f.tests.startswith(args.only)]
+    table, tally = [], {"failed": 0, "hung": 0, "API absent": 0, "passed": 0, "skipped": 0}
+    for fix in fixes:
+        before = git("rev-parse", "--short", f"{fix.before}")
+        tests = git("rev-parse", "--short", fix.tests)
+        tree = Path(tempfile.mkdtemp(prefix=f"ap_gym_ff_{tests}_"))
+        shutil.rmtree(tree)
+        git("worktree", "add", "--detach", "--force", str(tree), before)
+        try:
+            subprocess.run(["git", "-C", str(tree), "checkout", tests, "--", "tests"], check=True, capture_output=True)
+            for node in fix.nodes:
+                for case, outcome, detail, seconds in run_test(tree, node, args.limit):
+                    tally[outcome] += 1
+                    detail = detail.replace("|", "\\|")[:160]
+                    table.append(f"| {fix.items} | {before} | {tests} | `{case}` | {outcome} | {seconds:.1f} | {detail} |")
+                    print(f"{fix.items:>24}  {before} <- {tests}  {case}: {outcome} {detail}", flush=True)
+        finally:
+            git("worktree", "remove", "--force", str(tree))
+    shown = tally["failed"] + tally["hung"]
+    total = sum(tally.values())
+    body = (
+        f"{total} test cases of issue 15's fixes, each run against the package before its fix "
+        f"(tests from the fix commit): **{shown} fail there** (failed {tally['failed']}, hung {tally['hung']}), "
+        f"{tally['API absent']} cannot run there (the old package lacks a name they use), "
+        f"{tally['passed']} pass there, {tally['skipped']} skipped. A test that passes before its fix "
+        "does not prove that fix; one whose API is absent proves nothing either way.\n\n"
+        "| items | package at | tests from | test case | before the fix | seconds (its pytest run) | first line of the failure |\n"
+        "|---|---|---|---|---|---|---|\n" + "\n".join(table))
+    emit("failing_first", "`failing_first.py`: issue 15's tests against the code before each fix", body)
+
+
+if __name__ == "__main__":
+    main()
