@@ -144,8 +144,13 @@ def run_test(tree: Path, node: str, limit_s: float) -> list[tuple[str, str, str,
             message = bad.get("message") or bad.text or ""
             lines = [line.strip() for line in message.splitlines() if line.strip()]
             absent = any(API_ABSENT.search(line.lstrip("E ").strip()) for line in lines)
-            rows.append((case.get("name", "?"), "API absent" if absent else "failed",
-                         lines[0] if lines else "(no message)", seconds))
+            if message == "collection failure":  # the module did not import: say why, from the traceback
+                found = [line.lstrip("E ").strip() for line in (bad.text or "").splitlines()
+                         if API_ABSENT.search(line.lstrip("E ").strip())]
+                absent = bool(found)
+                lines = [f"collection failure: {found[-1]}"] if found else lines
+            name = node.split("::")[-1] if message == "collection failure" else case.get("name", "?")
+            rows.append((name, "API absent" if absent else "failed", lines[0] if lines else "(no message)", seconds))
     if not rows:  # collection failed before any test: the old package lacks what the tests import
         tail = out.decode(errors="replace").strip()
         found = [line for line in tail.splitlines() if API_ABSENT.search(line.strip("E ").strip())]
