@@ -98,7 +98,7 @@ FIXES = (
         "tests/envs/test_engine_process.py::test_a_childs_start_up_does_not_count_against_its_first_call",
         "tests/envs/test_engine_process.py::test_a_child_that_is_never_ready_is_killed_at_its_start_budget",
         "tests/envs/test_engine_process.py::test_an_engine_that_cannot_be_built_says_why")),
-    Fix("15", "the audit names a setting it could not read", "116cefe", "HEAD", (
+    Fix("15", "the audit names a setting it could not read", "116cefe", "2549f58", (
         "tests/report/test_write_report.py::test_a_setting_whose_memory_cannot_be_read_is_named_not_dropped",)),
 )
 
