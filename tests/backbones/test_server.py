@@ -45,6 +45,32 @@ def test_client_errors_are_answered_4xx(server, path, body, status, message):
     assert message in response.json()["error"]["message"]
 
 
+@pytest.fixture(scope="module")
+def default_server(tiny_backbone):
+    """Built with only what every version of the server took, so its limits are the defaults
+    (and the test below also runs against the server from before issue 15's fixes)."""
+    srv = BackboneServer(tiny_backbone, port=0, model_name="tiny").start()
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (["not", "an", "object"], "body"),
+    ("a string", "body"),
+    ({"messages": [{"role": "user"}]}, "content"),
+    ({"messages": MSGS, "seed": "abc"}, "seed"),
+    ({"messages": MSGS, "max_tokens": 0}, "max_tokens"),
+    ({"messages": MSGS, "max_tokens": -5}, "max_tokens"),
+    ({"messages": MSGS, "max_tokens": 8000}, "cap of 1024"),
+])
+def test_a_server_with_its_default_limits_answers_bad_chat_requests_400(default_server, body, message):
+    """Issue 15 items 7 and 12: these were answered 500 (so clients retried them), generated
+    256 tokens for ``max_tokens: 0``, or held the model for minutes (8000 tokens, no cap)."""
+    response = post(default_server, "/chat/completions", body)
+    assert response.status_code == 400, response.text
+    assert message in response.json()["error"]["message"]
+
+
 def test_standard_routes_score_like_the_backbone_in_process(server, tiny_backbone):
     client = OpenAIBackbone(server.url)
     assert client.check(scoring=True) == {"model": "tiny", "scoring": "prompt_logprobs"}

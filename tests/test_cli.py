@@ -1,0 +1,154 @@
+"""What a user of ``ap-gym run`` and ``ap-gym report`` sees when the input is bad.
+
+These tests drive the commands a user types (``main([...])`` with a YAML file) and use
+nothing else of the package, so they also run against versions of it from before issue
+15's fixes, where they fail (``benchmarks/failing_first.py`` shows it): the proof that
+each fix is what makes them pass.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ap_gym.cli import main
+
+#: Short tiny-backbone episodes (the same options as tests.helpers.TINY_AGENT, inlined so
+#: that this module imports nothing but the CLI).
+TINY = {"agent": {"action_mode": "generate", "generation": {"max_new_tokens": 3}},
+        "memory": {"synthesis": {"max_new_tokens": 6}}}
+
+
+def write_config(tmp_path: Path, **change: Any) -> Path:
+    """A small run (the Shop, the tiny backbone, one short iteration) with ``change`` applied."""
+    data = {"name": "t", "benchmarks": ["shop"], "backbone": "tiny", "policies": [{"name": "random"}],
+            "iterations": 1, "train_per_iter": 2, "heldout": 3, "max_steps": 3, **change}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def written(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"policies": [{"name": "random", "optons": {}}]}, "optons"),
+    ({"iterations": -1}, "iterations"),
+    ({"heldout": -2}, "heldout"),
+    ({"retries": -1}, "retries"),
+    ({"benchmarks": "shop"}, "benchmarks"),
+    ({"seeds": 0}, "seeds"),
+    ({"iterations": "two"}, "iterations"),
+    ({"max_steps": [3]}, "max_steps"),
+    ({"policies": [{"name": "random", "label": "a/b"}]}, "a/b"),
+    ({"policies": [{"name": "random", "label": "../up"}]}, "../up"),
+    ({"policies": [{"name": "random", "label": "x"}, {"name": "no_memory", "label": "x"}]}, "unique"),
+])
+def test_a_bad_config_exits_2_naming_the_key_and_writes_nothing(tmp_path, capsys, change, named):
+    """Issue 15 items 8 and 10: before, these ran anyway (exit 0, empty or mislabelled
+    results), wrote outside ``--out``, or ended in a raw exception."""
+    out = tmp_path / "out"
+    assert main(["run", str(write_config(tmp_path, **change)), "--out", str(out)]) == 2
+    assert named in capsys.readouterr().err
+    assert written(out) == []
+
+
+@pytest.mark.parametrize("name", ["../escaped", "/tmp/ap_gym_absolute_name_test"])
+def test_a_run_name_cannot_leave_out(tmp_path, capsys, name):
+    """Issue 15 item 8: ``--name ../x`` and an absolute ``--name`` wrote outside ``--out``."""
+    shutil.rmtree("/tmp/ap_gym_absolute_name_test", ignore_errors=True)
+    out = tmp_path / "out"
+    assert main(["run", str(write_config(tmp_path)), "--out", str(out), "--name", name]) == 2
+    assert "run name" in capsys.readouterr().err
+    assert not (tmp_path / "escaped").exists() and not Path("/tmp/ap_gym_absolute_name_test").exists()
+    assert written(out) == []
+
+
+def test_an_empty_config_file_is_refused(tmp_path, capsys):
+    """Issue 15 item 10: an empty YAML started the full default grid."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    out = tmp_path / "out"
+    assert main(["run", str(empty), "--out", str(out)]) == 2
+    assert "empty" in capsys.readouterr().err
+    assert written(out) == []
+
+
+def test_resume_keeps_the_valid_lines_after_a_damaged_one(tmp_path, capsys, caplog):
+    """Issue 15 item 2: one damaged line hid every later line, and resume deleted those
+    valid lines and played their episodes again."""
+    out = tmp_path / "out"
+    cfg = write_config(tmp_path, heldout=5)
+    assert main(["run", str(cfg), "--out", str(out)]) == 0
+    log = out / "t" / "shop" / "random" / "seed0" / "episodes.jsonl"
+    lines = log.read_text().splitlines()
+    assert len(lines) >= 4
+    middle = len(lines) // 2
+    log.write_text("\n".join(lines[:middle] + [lines[middle][:30] + "\x00garbage"] + lines[middle + 1:]) + "\n")
+    assert main(["run", str(cfg), "--out", str(out)]) == 0
+    kept = log.read_text().splitlines()
+    assert kept[:middle] + kept[middle:len(lines) - 1] == lines[:middle] + lines[middle + 1:]  # byte for byte
+    replayed = [json.loads(x) for x in kept[len(lines) - 1:]]  # only the damaged line's episode, played again
+    assert [(x["phase"], x["index"]) for x in replayed] == [(json.loads(lines[middle])["phase"],
+                                                            json.loads(lines[middle])["index"])]
+    assert "damaged" in capsys.readouterr().err + caplog.text
+    assert log.with_suffix(".jsonl.bad").read_text(errors="replace").startswith(lines[middle][:30])
+
+
+def test_report_names_a_setting_whose_memory_cannot_be_read(tmp_path):
+    """Issue 15 item 15: the audit skipped such a setting without a word."""
+    out = tmp_path / "out"
+    cfg = write_config(tmp_path, policies=[{"name": "abstraction", "options": TINY}], train_per_iter=2, heldout=2)
+    assert main(["run", str(cfg), "--out", str(out)]) == 0
+    store = out / "t" / "shop" / "abstraction" / "seed0" / "memory.sqlite"
+    store.write_bytes(b"\0" * store.stat().st_size)
+    assert main(["report", str(out / "t"), "--out", str(tmp_path / "report")]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "shop/abstraction/seed0" in text.split("could not be read", 1)[-1]
+
+
+class SilentServer:
+    """Accepts connections and never answers: a hung model server."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                self.held.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self) -> None:
+        for conn in self.held:
+            conn.close()
+        self.sock.close()
+
+
+def test_a_hung_model_server_fails_the_run_at_start_within_its_deadline(tmp_path, capsys):
+    """Issue 15 item 4: a server that never answers ``GET /models`` blocked the run at start
+    (5 attempts of 120 s each, per call)."""
+    server = SilentServer()
+    try:
+        t = time.monotonic()
+        cfg = write_config(tmp_path, policies=[{"name": "no_memory", "options": {"agent": TINY["agent"]}}])
+        code = main(["run", str(cfg), "--out", str(tmp_path / "out"), "--backbone", server.url])
+        elapsed = time.monotonic() - t
+    finally:
+        server.close()
+    assert code == 2
+    assert elapsed < 90
+    assert server.url.rsplit("/v1", 1)[0] in capsys.readouterr().err
