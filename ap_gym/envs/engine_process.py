@@ -119,20 +119,12 @@ class EngineProcess:
         """
         conn = self._ensure()
         limit = self.timeout_s if timeout_s is None else timeout_s
-        try:
-            conn.send((method, args))
-            if not conn.poll(limit):
-                self.close(kill=True)
-                raise EnvInfrastructureError(
-                    f"{self.name}'s engine did not answer {method} within {limit:g} s; it was killed "
-                    "(call reset() to go on with a new engine)")
-            status, value = conn.recv()
-        except (EOFError, OSError, BrokenPipeError) as e:
-            code = self._process.exitcode if self._process is not None else None
-            self.close(kill=True)
-            raise EnvInfrastructureError(
-                f"{self.name}'s engine process died during {method} (exit code {code}); "
-                "call reset() to go on with a new engine") from e
+        status, value = self._exchange(
+            conn, (method, args), limit,
+            timed_out=f"{self.name}'s engine did not answer {method} within {limit:g} s; it was killed "
+                      "(call reset() to go on with a new engine)",
+            died=f"{self.name}'s engine process died during {method} (exit code {{code}}); "
+                 "call reset() to go on with a new engine")
         if status == "error":
             self.close(kill=True)
             raise EnvInfrastructureError(f"{self.name}'s engine failed in {method}: {value}")
@@ -151,23 +143,38 @@ class EngineProcess:
         child.close()
         self._process, self._conn, self._games = process, parent, 0
         self.started += 1
-        try:
-            if not parent.poll(self.start_timeout_s):
-                self.close(kill=True)
-                raise EnvInfrastructureError(
-                    f"{self.name}'s engine process was not ready within {self.start_timeout_s:g} s of its start; "
-                    "it was killed (a machine this loaded needs a larger start_timeout_s)")
-            status, value = parent.recv()
-        except (EOFError, OSError) as e:
-            code = process.exitcode
-            self.close(kill=True)
-            raise EnvInfrastructureError(
-                f"{self.name}'s engine process died while starting (exit code {code}); "
-                "call reset() to try a new one") from e
+        status, value = self._exchange(
+            parent, None, self.start_timeout_s,
+            timed_out=f"{self.name}'s engine process was not ready within {self.start_timeout_s:g} s of its start; "
+                      "it was killed (a machine this loaded needs a larger start_timeout_s)",
+            died=f"{self.name}'s engine process died while starting (exit code {{code}}); "
+                 "call reset() to try a new one")
         if status != "ready":
             self.close(kill=True)
             raise EnvInfrastructureError(f"{self.name}'s engine could not be built: {value}")
         return parent
+
+    def _exchange(self, conn: Connection, request: tuple[str, tuple[Any, ...]] | None, limit_s: float, *,
+                  timed_out: str, died: str) -> tuple[str, Any]:
+        """Send ``request`` (``None``: only wait) and read the child's ``(status, value)``.
+
+        A child that does not answer within ``limit_s``, or whose pipe ends, is killed and
+        the caller gets :class:`EnvInfrastructureError` with ``timed_out`` or ``died``
+        (``{code}`` there is the child's exit code): a call and the start-up handshake
+        fail the same way, so they share this.
+        """
+        try:
+            if request is not None:
+                conn.send(request)
+            if not conn.poll(limit_s):
+                self.close(kill=True)
+                raise EnvInfrastructureError(timed_out)
+            status, value = conn.recv()
+        except (EOFError, OSError) as e:  # BrokenPipeError is an OSError
+            code = self._process.exitcode if self._process is not None else None
+            self.close(kill=True)
+            raise EnvInfrastructureError(died.replace("{code}", str(code))) from e
+        return status, value
 
     def close(self, *, kill: bool = False) -> None:
         """End the child: politely (it closes its engine), or at once with ``kill``."""
