@@ -5,7 +5,11 @@ without the fix" was never shown at the time. This script shows it after the fac
 git history alone: for each fix, a git worktree holds the package as it was *before* the
 fix (the fix commit's parent) with the tests as they were *in* the fix commit, and each
 test the fix added runs alone, in its own pytest process, under a time limit (a fix for a
-hang fails by hanging). Outcomes per test:
+hang fails by hanging). The restructure was split over three commits, of which the first
+two (82f2c51, 116cefe) removed ``protocol.py`` before ``acac517`` added the package, so
+the package "before" it is 713a64d, the last whose ``ap-gym run`` works. Tests written
+after the fixes through interfaces every version has (``tests/test_cli.py``, the server
+with its default limits) run against the package before any of them. Outcomes per test:
 
 * ``failed``: an assertion failed, an expected error was not raised, or the old code
   raised a raw exception where the test wants a clear one: the fault, shown;
@@ -88,7 +92,7 @@ FIXES = (
         "tests/test_paths.py::test_an_incomplete_entry_is_replaced",
         "tests/test_paths.py::test_builders_racing_on_an_empty_cache_never_pull_an_entry_from_under_a_reader")),
     Fix("2, 6, 8, 10", "restructure: config validation, quarantined lines, workers die with the driver",
-        "116cefe", "acac517", (
+        "713a64d", "acac517", (
             "tests/protocol/test_config.py::test_bad_configs_are_refused_with_the_key_named",
             "tests/protocol/test_config.py::test_an_empty_or_malformed_file_is_refused",
             "tests/protocol/test_config.py::test_a_moved_run_resumes_and_a_different_one_is_refused",
@@ -98,8 +102,21 @@ FIXES = (
         "tests/envs/test_engine_process.py::test_a_childs_start_up_does_not_count_against_its_first_call",
         "tests/envs/test_engine_process.py::test_a_child_that_is_never_ready_is_killed_at_its_start_budget",
         "tests/envs/test_engine_process.py::test_an_engine_that_cannot_be_built_says_why")),
-    Fix("15", "the audit names a setting it could not read", "116cefe", "2549f58", (
+    Fix("15", "the audit names a setting it could not read", "713a64d", "2549f58", (
         "tests/report/test_write_report.py::test_a_setting_whose_memory_cannot_be_read_is_named_not_dropped",)),
+    # Tests written after the fixes through interfaces every version has (the CLI, the
+    # server's constructor), so that they run on the package before the fixes. 713a64d is
+    # the last commit before the restructure whose `ap-gym run` works: its next two
+    # (82f2c51, 116cefe) removed protocol.py, and acac517 added the protocol package.
+    Fix("2, 4, 8, 10, 15", "the CLI's contracts (run, report) on bad input", "713a64d", "fc3e21d", (
+        "tests/test_cli.py::test_a_bad_config_exits_2_naming_the_key_and_writes_nothing",
+        "tests/test_cli.py::test_a_run_name_cannot_leave_out",
+        "tests/test_cli.py::test_an_empty_config_file_is_refused",
+        "tests/test_cli.py::test_resume_keeps_the_valid_lines_after_a_damaged_one",
+        "tests/test_cli.py::test_report_names_a_setting_whose_memory_cannot_be_read",
+        "tests/test_cli.py::test_a_hung_model_server_fails_the_run_at_start_within_its_deadline")),
+    Fix("7, 12", "a server with its default limits", "acac517", "fc3e21d", (
+        "tests/backbones/test_server.py::test_a_server_with_its_default_limits_answers_bad_chat_requests_400",)),
 )
 
 API_ABSENT = re.compile(
@@ -111,11 +128,24 @@ def git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
+# An editable install (``pip install -e .``, as make test does) adds a finder that serves
+# any ``ap_gym.*`` module the old tree lacks from the *current* checkout, so a test of a
+# package that did not exist yet would silently run today's code (and pass). This
+# sitecustomize, first on the old tree's PYTHONPATH, removes that finder: a name the old
+# package lacks is then an ImportError, as it should be.
+_NO_EDITABLE = """import sys
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
+"""
+
+
 def run_test(tree: Path, node: str, limit_s: float) -> list[tuple[str, str, str, float]]:
     """``[(case, outcome, first line of the failure, seconds)]`` for one test function."""
     xml = tree / ".ff.xml"
     xml.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1"}
+    shim = tree / ".ff_site"
+    shim.mkdir(exist_ok=True)
+    (shim / "sitecustomize.py").write_text(_NO_EDITABLE)
+    env = {**os.environ, "PYTHONPATH": f"{shim}{os.pathsep}{tree}", "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
            f"--junitxml={xml}", node]
     t = time.monotonic()
