@@ -114,7 +114,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         **({"judges": dict(_label_spec(v) for v in args.judge)} if args.judge else {}),
         **({"benchmarks": args.benchmarks} if args.benchmarks else {}),
     )
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as cleanly as Ctrl-C
+    # SIGTERM stops as cleanly as Ctrl-C, and so does SIGINT when it came in ignored (a run
+    # started as a background job of a script inherits SIGINT ignored: `kill -INT` did nothing).
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         run_dir = run(config)
     except BackboneError as e:
@@ -124,7 +126,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
               "again to resume where it stopped.", file=sys.stderr)
         return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     _print_final(run_dir)
     print(f"results: {run_dir}  (tables and plots: ap-gym report {run_dir})")
     return 0

@@ -107,11 +107,7 @@ def kill_resume_and_compare(tmp_path: Path, data: dict, kill_at, clean_overrides
     cfg_file.write_text(yaml.safe_dump(data))
     cmd = [sys.executable, "-m", "ap_gym.cli", "run", str(cfg_file)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    # A child inherits an ignored SIGINT (a suite started in the background: `make test &`,
-    # nohup), and Python then installs no Ctrl-C handler: give the run the default, as a
-    # terminal would.
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _kill_when(tmp_path / "killed/t/textworld/anti_persistence/seed0/episodes.jsonl", proc, kill_at, sig=sig)
     assert not (tmp_path / "killed/t/summary.json").exists()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
