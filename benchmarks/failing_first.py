@@ -104,10 +104,7 @@ FIXES = (
         "tests/envs/test_engine_process.py::test_an_engine_that_cannot_be_built_says_why")),
     Fix("15", "the audit names a setting it could not read", "713a64d", "2549f58", (
         "tests/report/test_write_report.py::test_a_setting_whose_memory_cannot_be_read_is_named_not_dropped",)),
-    # Tests written after the fixes through interfaces every version has (the CLI, the
-    # server's constructor), so that they run on the package before the fixes. 713a64d is
-    # the last commit before the restructure whose `ap-gym run` works: its next two
-    # (82f2c51, 116cefe) removed protocol.py, and acac517 added the protocol package.
+    # Written after the fixes through interfaces every version has (see the docstring).
     Fix("2, 4, 8, 10, 15", "the CLI's contracts (run, report) on bad input", "713a64d", "fc3e21d", (
         "tests/test_cli.py::test_a_bad_config_exits_2_naming_the_key_and_writes_nothing",
         "tests/test_cli.py::test_a_run_name_cannot_leave_out",
@@ -131,7 +128,7 @@ def git(*args: str) -> str:
 # An editable install (``pip install -e .``, as make test does) adds a finder that serves
 # any ``ap_gym.*`` module the old tree lacks from the *current* checkout, so a test of a
 # package that did not exist yet would silently run today's code (and pass). This
-# sitecustomize, first on the old tree's PYTHONPATH, removes that finder: a name the old
+# sitecustomize (``.ff_site``, first on the old tree's PYTHONPATH) removes that finder: a name the old
 # package lacks is then an ImportError, as it should be.
 _NO_EDITABLE = """import sys
 sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
@@ -142,10 +139,7 @@ def run_test(tree: Path, node: str, limit_s: float) -> list[tuple[str, str, str,
     """``[(case, outcome, first line of the failure, seconds)]`` for one test function."""
     xml = tree / ".ff.xml"
     xml.unlink(missing_ok=True)
-    shim = tree / ".ff_site"
-    shim.mkdir(exist_ok=True)
-    (shim / "sitecustomize.py").write_text(_NO_EDITABLE)
-    env = {**os.environ, "PYTHONPATH": f"{shim}{os.pathsep}{tree}", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": f"{tree / '.ff_site'}{os.pathsep}{tree}", "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
            f"--junitxml={xml}", node]
     t = time.monotonic()
@@ -204,6 +198,8 @@ def main() -> None:
         git("worktree", "add", "--detach", "--force", str(tree), before)
         try:
             subprocess.run(["git", "-C", str(tree), "checkout", tests, "--", "tests"], check=True, capture_output=True)
+            (tree / ".ff_site").mkdir()
+            (tree / ".ff_site" / "sitecustomize.py").write_text(_NO_EDITABLE)
             for node in fix.nodes:
                 for case, outcome, detail, seconds in run_test(tree, node, args.limit):
                     tally[outcome] += 1
