@@ -52,6 +52,15 @@ class Counter(TextEnv):
         return StepResult("Nothing happens.", float(self.n), admissible_commands=["add", "quit"])
 
 
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 def config(tmp_path: Path, **kw: Any) -> dict[str, Any]:
     """A small run on the tiny backbone: TextWorld, 2 iterations of 3 training tasks, 3 held-out."""
     base = {

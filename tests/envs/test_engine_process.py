@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from ap_gym.envs.engine_process import EngineProcess
+from ap_gym.envs.engine_process import EngineProcess, die_with_parent
 from ap_gym.errors import EnvInfrastructureError
+from tests.helpers import process_alive
 
 
 class SlowToBuild:
@@ -65,3 +70,36 @@ def test_an_engine_that_cannot_be_built_says_why():
     with pytest.raises(EnvInfrastructureError, match="could not be built: RuntimeError: the game data is missing"):
         engine.new_game()
     assert engine.pid is None
+
+
+def late_child(parent: int) -> None:
+    """A child whose start-up outlasts its parent: spawn's imports and unpickling took
+    seconds on a loaded CI machine, and the driver was killed meanwhile."""
+    time.sleep(1.5)
+    try:
+        die_with_parent(parent)
+    except TypeError:  # the package before the fix took no pid (benchmarks/failing_first.py)
+        die_with_parent()  # type: ignore[call-arg]
+    time.sleep(60)
+
+
+def test_a_child_orphaned_while_it_starts_exits_at_once():
+    """The parent-death signal covers only a death after it was asked for: a worker whose
+    driver was killed during its start went on loading its model as an orphan (CI failed
+    'worker processes outlived their driver')."""
+    script = ("import multiprocessing as mp, os; from tests.envs.test_engine_process import late_child; "
+              "p = mp.get_context('spawn').Process(target=late_child, args=(os.getpid(),)); p.start(); "
+              "print(p.pid, flush=True); os._exit(0)")
+    root = Path(__file__).resolve().parents[2]
+    starter = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True, cwd=root)
+    pid = int(starter.stdout.readline())  # the child holds the pipe too: read its pid, never to the end
+    starter.wait(30)
+    starter.stdout.close()
+    deadline = time.time() + 20
+    while time.time() < deadline and process_alive(pid):
+        time.sleep(0.2)
+    orphaned = process_alive(pid)
+    if orphaned:
+        os.kill(pid, 9)
+    assert not orphaned, "a child orphaned during its start-up lived on"

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ap_gym.protocol import RunConfig, run
-from tests.helpers import ap_config, config, eval_results
+from tests.helpers import ap_config, config, eval_results, process_alive
 
 
 def test_workers_give_the_same_episodes(tmp_path):
@@ -68,14 +68,6 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.slow
 def test_worker_processes_die_with_a_killed_driver(tmp_path):
     data = config(tmp_path / "out", policies=[{"name": "no_memory", "options": {"agent": {"action_mode": "choose"}}}],
@@ -94,9 +86,9 @@ def test_worker_processes_die_with_a_killed_driver(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.time() + 20
-    while time.time() < deadline and any(_alive(p) for p in workers):
+    while time.time() < deadline and any(process_alive(p) for p in workers):
         time.sleep(0.2)
-    assert not any(_alive(p) for p in workers), "worker processes outlived their driver"
+    assert not any(process_alive(p) for p in workers), "worker processes outlived their driver"
 
 
 @pytest.mark.slow
