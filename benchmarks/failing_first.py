@@ -104,6 +104,8 @@ FIXES = (
         "tests/envs/test_engine_process.py::test_an_engine_that_cannot_be_built_says_why")),
     Fix("15", "the audit names a setting it could not read", "713a64d", "2549f58", (
         "tests/report/test_write_report.py::test_a_setting_whose_memory_cannot_be_read_is_named_not_dropped",)),
+    Fix("6", "a worker orphaned while it starts exits at once", "28fbf6a^", "28fbf6a", (
+        "tests/envs/test_engine_process.py::test_a_child_orphaned_while_it_starts_exits_at_once",)),
     # Written after the fixes through interfaces every version has (see the docstring).
     Fix("2, 4, 8, 10, 15", "the CLI's contracts (run, report) on bad input", "713a64d", "fc3e21d", (
         "tests/test_cli.py::test_a_bad_config_exits_2_naming_the_key_and_writes_nothing",
