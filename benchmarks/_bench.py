@@ -12,6 +12,7 @@ script's output.
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import os
 import platform
 import shlex
@@ -24,6 +25,10 @@ from typing import Any
 __all__ = ["RESULTS_DIR", "abba", "emit", "gold_path", "machine", "ratio_spread", "spread"]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "sections"
+# The command line as the script got it: ALFWorld's planner (fast downward's translate,
+# run in-process when a game is generated) rewrites sys.argv, and env_overhead's section
+# once named its command "python translate.py domain task".
+_ARGV = list(sys.argv)
 
 
 def machine() -> str:
@@ -41,10 +46,16 @@ def machine() -> str:
     except (ValueError, OSError, AttributeError):
         mem = "?"
     versions = []
-    for name in ("torch", "transformers", "textworld", "scienceworld", "alfworld", "faiss", "ray"):
+    for name, dist in (("torch", "torch"), ("transformers", "transformers"), ("textworld", "textworld"),
+                       ("scienceworld", "scienceworld"), ("alfworld", "alfworld"), ("faiss", "faiss-cpu"),
+                       ("ray", "ray")):
         module = sys.modules.get(name)
-        if module is not None:
-            versions.append(f"{name} {getattr(module, '__version__', '?')}")
+        if module is not None:  # the installed distribution's version: alfworld has no __version__
+            try:
+                version = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                version = getattr(module, "__version__", "?")
+            versions.append(f"{name} {version}")
     gpu = "no GPU"
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
@@ -88,7 +99,7 @@ def ratio_spread(numerators: Sequence[float], denominators: Sequence[float], dig
 def emit(name: str, title: str, body: str, machine_line: str | None = None) -> Path:
     """Print a result section and keep it as ``benchmarks/sections/<name>.md``."""
     RESULTS_DIR.mkdir(exist_ok=True)
-    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(_ARGV[0]), *_ARGV[1:]])
     date = datetime.date.today().isoformat()
     text = (f"## {title} ({date})\n\n{body.rstrip()}\n\n"
             f"Command: `{command}`. Machine: {machine_line or machine()}.\n")
