@@ -523,7 +523,8 @@ def main() -> None:
         lines += ["", "Not handled:", "", *(f"- {o.category}: {o.name}: {o.outcome}: {o.detail}" for o in bad)]
     lines += ["", "Every fault and its outcome:", "", "| category | fault | outcome | seconds |", "|---|---|---|---|"]
     lines += [f"| {o.category} | {o.name} | {o.outcome} | {o.seconds:.1f} |" for o in outcomes]
-    emit("faults" + (f"_{args.only}" if args.only else ""), "`faults.py`: faults and bad input", "\n".join(lines))
+    emit("faults" + (f"_{args.only}" if args.only else ""),
+         "`faults.py`: faults and bad input" + (f" ({args.only} only)" if args.only else ""), "\n".join(lines))
     if args.json:
         Path(args.json).write_text(json.dumps([o.__dict__ for o in outcomes], indent=1))
     if "server" in _MEMORY:
