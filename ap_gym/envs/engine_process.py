@@ -36,28 +36,27 @@ __all__ = ["EngineProcess", "die_with_parent"]
 _FOLLOWED = ("AP_GYM_CACHE", "XDG_CACHE_HOME", "HOME", "ALFWORLD_DATA")
 
 
-def die_with_parent(parent: int) -> None:
+def die_with_parent() -> None:
     """Ask Linux to kill this process when its parent dies (no orphans after a SIGKILL).
 
     The signal only covers a death after the request: a parent killed while this child was
     still starting (spawn's imports and unpickling take seconds on a loaded machine) left
-    an orphan that went on loading its model (a CI failure). Hence the check that
-    ``parent`` is still the parent once the request is in place.
-
-    Args:
-        parent: the pid of the process that started this one, taken before the start.
+    an orphan that went on loading its model (a CI failure). Hence the check that the
+    process that started this one (multiprocessing knows its pid) is still the parent once
+    the request is in place.
     """
     with contextlib.suppress(Exception):
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # orphaned before the request took effect
+    parent = mp.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # orphaned before the request took effect
         os._exit(1)
 
 
-def _serve(conn: Connection, factory: Callable[[], Any], env: dict[str, str | None], parent: int) -> None:
+def _serve(conn: Connection, factory: Callable[[], Any], env: dict[str, str | None]) -> None:
     """The child: build the engine, then answer ``(method, args)`` until ``None`` or EOF."""
-    die_with_parent(parent)
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     for key, value in env.items():
         if value is not None:
@@ -148,7 +147,7 @@ class EngineProcess:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         env = {key: os.environ.get(key) for key in _FOLLOWED}
-        process = ctx.Process(target=_serve, args=(child, self.factory, env, os.getpid()), daemon=True,
+        process = ctx.Process(target=_serve, args=(child, self.factory, env), daemon=True,
                               name=f"ap-gym {self.name} engine")
         process.start()
         child.close()

@@ -72,14 +72,11 @@ def test_an_engine_that_cannot_be_built_says_why():
     assert engine.pid is None
 
 
-def late_child(parent: int) -> None:
+def late_child() -> None:
     """A child whose start-up outlasts its parent: spawn's imports and unpickling took
     seconds on a loaded CI machine, and the driver was killed meanwhile."""
     time.sleep(1.5)
-    try:
-        die_with_parent(parent)
-    except TypeError:  # the package before the fix took no pid (benchmarks/failing_first.py)
-        die_with_parent()  # type: ignore[call-arg]
+    die_with_parent()
     time.sleep(60)
 
 
@@ -88,7 +85,7 @@ def test_a_child_orphaned_while_it_starts_exits_at_once():
     driver was killed during its start went on loading its model as an orphan (CI failed
     'worker processes outlived their driver')."""
     script = ("import multiprocessing as mp, os; from tests.envs.test_engine_process import late_child; "
-              "p = mp.get_context('spawn').Process(target=late_child, args=(os.getpid(),)); p.start(); "
+              "p = mp.get_context('spawn').Process(target=late_child); p.start(); "
               "print(p.pid, flush=True); os._exit(0)")
     root = Path(__file__).resolve().parents[2]
     starter = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

@@ -34,9 +34,9 @@ class WorkerFailed(RuntimeError):
     message carries the worker's traceback."""
 
 
-def _serve(conn: Connection, config: RunConfig, first: EvalJob, threads: int, parent: int) -> None:
+def _serve(conn: Connection, config: RunConfig, first: EvalJob, threads: int) -> None:
     """A worker process: warm up, then answer jobs until told to stop (``None``) or orphaned."""
-    die_with_parent(parent)
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
     worker = Worker(config, Resources(), threads=threads)
     try:
@@ -63,7 +63,7 @@ class _Process:
         # Not daemonic: a worker starts processes of its own (game generation's helper,
         # ALFWorld's engine), which daemonic processes may not. It still dies with the
         # driver (the parent-death signal) and is stopped by close().
-        self.process = ctx.Process(target=_serve, args=(child, config, first, threads, os.getpid()), daemon=False,
+        self.process = ctx.Process(target=_serve, args=(child, config, first, threads), daemon=False,
                                    name="ap-gym-worker")
         self.process.start()
         child.close()
