@@ -195,6 +195,27 @@ def goal_of(game_file: Path, challenge: str) -> str | None:
     return goal + (f", and be in the {name(rooms[0])} with it." if rooms else ".")
 
 
+#: The longest command, in bytes, that jericho passes to frotz whole (it truncates
+#: longer ones with a warning).
+ZMACHINE_COMMAND_BYTES = 198
+
+
+def zmachine_command(action: str) -> str:
+    """``action`` as one line the Z-machine interpreter can only read as a command.
+
+    TextWorld's games run in jericho's dumb-frotz, which reads a backslash anywhere in
+    its input as one of its own escapes, not the game's: ``\\U`` (undo) crashed the
+    whole process with a segmentation fault, ``\\q``, ``\\R``, ``\\P`` or ``\\help``
+    left it waiting on the terminal forever, and a newline inside an action split it into
+    two commands, the second answered a step late. Gymnasium's ``check_env`` samples
+    random printable text, which found this on CI (a crashed test run). Backslashes
+    and whitespace runs become single spaces, and the line is cut to what jericho passes
+    whole.
+    """
+    line = " ".join(action.replace("\\", " ").split())
+    return line.encode("ascii", "ignore")[:ZMACHINE_COMMAND_BYTES].decode("ascii").rstrip()
+
+
 def _section(text: str, title: str) -> list[str]:
     lines = text.split(title, 1)[1].splitlines() if title in text else []
     out = []
@@ -353,7 +374,7 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
 
     def _advance(self, action: str) -> StepResult:
         try:
-            state, score, _done = self._tw.step(action)
+            state, score, _done = self._tw.step(zmachine_command(action))
         except Exception as e:
             self._close_tw()
             self._abandon()

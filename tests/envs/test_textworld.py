@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
@@ -34,6 +38,51 @@ def test_contract(tw_env):
     assert reward == 0 and not term and isinstance(obs, str)
     with pytest.raises(UnknownTaskError):
         tw_env.reset(options={"task_id": "tw-simple/nope"})
+
+
+def test_a_command_reaches_the_game_as_one_line_without_escapes():
+    # imported here, so that the test below also runs on a package without this function
+    from ap_gym.envs.textworld import zmachine_command
+
+    assert zmachine_command("go\nnorth") == "go north"
+    assert zmachine_command("  take\tthe   coin \r\n") == "take the coin"
+    assert zmachine_command("\\U") == "U" and zmachine_command("look\\X") == "look X"
+    assert len(zmachine_command("open " * 100).encode()) <= 198
+
+
+# Each one is answered from the game's first state; the child reports what it saw.
+_PLAY = """
+import json, sys
+import gymnasium as gym
+import ap_gym
+env = gym.make("ap_gym/TextWorld-v0", games=[sys.argv[1]])
+seen = {}
+for action in json.loads(sys.argv[2]):
+    env.reset(options={"task_id": "game"})
+    seen[action] = env.step(action)[0]
+env.close()
+print(json.dumps(seen))
+"""
+
+
+def test_backslashes_and_newlines_in_an_action_reach_the_game_not_the_interpreter(tw_env):
+    """Dumb-frotz (jericho's interpreter) reads a backslash as its own escape: the random
+    text of ``check_env`` once sent one, and the whole test run died of a segmentation
+    fault on CI. ``\\U`` crashed the process, ``\\q`` and ``\\help`` left it waiting on
+    the terminal, and a newline split an action in two. Played in a child process, so
+    that the old behaviour fails this test rather than ending the run."""
+    game = tw_env.unwrapped.game_path(tw_env.unwrapped.task_ids("test")[0])  # generated here
+    actions = ["\\U", "\\q", "\\help", "look \\R", "go\nnorth", "go north", "inventory\n\\P"]
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PLAY, str(game), json.dumps(actions)],
+                              capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the interpreter hung on an action (waiting on its terminal)")
+    assert proc.returncode == 0, f"the game process died (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(seen[a].strip() for a in actions)
+    assert seen["go\nnorth"] == seen["go north"]  # one command, answered in its own step
+    assert "DUMB-FROTZ" not in proc.stderr
 
 
 def test_half_written_cache_is_regenerated(tmp_path, monkeypatch):
