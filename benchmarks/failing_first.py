@@ -106,6 +106,8 @@ FIXES = (
         "tests/report/test_write_report.py::test_a_setting_whose_memory_cannot_be_read_is_named_not_dropped",)),
     Fix("6", "a worker orphaned while it starts exits at once", "28fbf6a^", "28fbf6a", (
         "tests/envs/test_engine_process.py::test_a_child_orphaned_while_it_starts_exits_at_once",)),
+    Fix("16", "a backslash or newline in a TextWorld action reaches the game, not frotz", "f747e24^", "f747e24", (
+        "tests/envs/test_textworld.py::test_backslashes_and_newlines_in_an_action_reach_the_game_not_the_interpreter",)),
     # Written after the fixes through interfaces every version has (see the docstring).
     Fix("2, 4, 8, 10, 15", "the CLI's contracts (run, report) on bad input", "713a64d", "fc3e21d", (
         "tests/test_cli.py::test_a_bad_config_exits_2_naming_the_key_and_writes_nothing",
