@@ -70,10 +70,11 @@ def test_agents_run_against_vllm_in_both_modes(vllm_url, tmp_path):
                 {"name": "anti_persistence", "label": "ap_react",
                  "options": {"agent": {"action_mode": "react"}, "memory": synthesis}}]
     config = RunConfig.from_dict({"name": "vllm", "out": str(tmp_path), "benchmarks": ["textworld"],
-                                  "backbone": vllm_url, "policies": policies, "iterations": 1, "train_per_iter": 2,
-                                  "heldout": 2, "max_steps": 3, "retries": 0})
+                                  "backbone": vllm_url, "policies": policies, "iterations": 1, "train_per_iter": 1,
+                                  "heldout": 1, "max_steps": 3, "retries": 0})
     lines = load_episodes(run(config, progress=False))
-    assert len(lines) == 2 * 2 + 2 * (2 + 2)
+    # one task each way keeps this at half its former time: the subject is the modes, not the rates
+    assert len(lines) == 2 * 1 + 2 * (1 + 1)
     assert not [x["error"] for x in lines if x["termination"] == "infrastructure_failure"]
     for x in lines:
         acting = x["usage"]["prompt_tokens"]["acting"]
