@@ -434,6 +434,43 @@ for _how in ("killed", "stopped"):
         lambda how=_how: _engine_fault("ap_gym/ALFWorld-v0", lambda e: e._engine.pid, "look", how))
 
 
+_PLAY_ESCAPES = """
+import json, sys
+import gymnasium as gym
+import ap_gym
+env = gym.make("ap_gym/TextWorld-v0", games=[sys.argv[1]])
+for action in json.loads(sys.argv[2]):
+    env.reset(options={"task_id": "game"})
+    env.step(action)
+env.close()
+"""
+
+
+@fault("envs", "TextWorld actions holding interpreter escapes and newlines", 300)
+def _interpreter_escapes() -> str:
+    """What an agent may type: a backslash reached jericho's dumb-frotz as one of its own
+    escapes (a segfault, or a wait on the terminal). Played in a child process, so that
+    a crash is counted, not suffered."""
+    import subprocess
+
+    import gymnasium as gym
+
+    env = gym.make("ap_gym/TextWorld-v0", split="test")
+    try:
+        game = env.unwrapped.game_path(env.unwrapped.task_ids("test")[0])
+    finally:
+        env.close()
+    actions = ["\\U", "\\q", "\\help", "\\R", "\\P", "look \\X", "go\nnorth"]
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PLAY_ESCAPES, str(game), json.dumps(actions)],
+                              capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return "hang|the interpreter waited on its terminal"
+    if proc.returncode != 0:
+        return f"crash|the game process ended with exit {proc.returncode}"
+    return "handled|each reached the game as one plain command"
+
+
 # ------------------------------------------------------------------ runs killed and resumed
 def _children(pid: int) -> set[int]:
     """Every live descendant of ``pid``."""
