@@ -27,6 +27,7 @@ import os
 import threading
 import time
 import uuid
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -64,6 +65,22 @@ class ServingOptions:
     check_deadline_s: float = 15.0
 
 
+def _serving_options(options: ServingOptions | None, overrides: dict[str, Any]) -> ServingOptions:
+    """``options`` with keyword overrides; ``timeout_s`` (the name before ``ServingOptions``)
+    still works, with a warning, so that older scripts keep their limit."""
+    if "timeout_s" in overrides:
+        warnings.warn("OpenAIBackbone(timeout_s=...) is deprecated: it sets deadline_s, the limit of "
+                      "a whole call (see ServingOptions)", DeprecationWarning, stacklevel=3)
+        overrides = {**overrides}
+        overrides.setdefault("deadline_s", overrides.pop("timeout_s"))
+    known = set(ServingOptions.__dataclass_fields__)
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise TypeError(f"OpenAIBackbone got unknown option(s) {', '.join(unknown)}; "
+                        f"the serving options are {', '.join(sorted(known))}")
+    return ServingOptions(**{**(options.__dict__ if options else {}), **overrides})
+
+
 class _Retryable(Exception):
     """A failure worth another attempt (timeout, connection, 429/5xx, bad JSON)."""
 
@@ -81,7 +98,7 @@ class OpenAIBackbone:
     def __init__(self, base_url: str, model: str | None = None, *, api_key: str | None = None,
                  options: ServingOptions | None = None, **overrides: Any) -> None:
         self.base_url = base_url.rstrip("/")
-        self.options = ServingOptions(**{**(options.__dict__ if options else {}), **overrides})
+        self.options = _serving_options(options, overrides)
         key = api_key or os.environ.get("AP_GYM_API_KEY") or os.environ.get("OPENAI_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(self.options.deadline_s, connect=10.0))

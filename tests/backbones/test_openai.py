@@ -149,3 +149,12 @@ def test_a_server_that_cannot_score_is_refused_at_the_start(tiny_backbone):
             client.check(scoring=True)
     finally:
         server.stop()
+
+
+def test_timeout_s_of_older_scripts_sets_the_deadline_with_a_warning_and_a_typo_is_named():
+    # a model name is given, so nothing is asked of the (absent) server
+    with pytest.warns(DeprecationWarning, match="deadline_s"):
+        client = OpenAIBackbone("http://127.0.0.1:9/v1", "m", timeout_s=3)
+    assert client.options.deadline_s == 3
+    with pytest.raises(TypeError, match="deadlin_s.*the serving options are .*deadline_s"):
+        OpenAIBackbone("http://127.0.0.1:9/v1", "m", deadlin_s=3)
