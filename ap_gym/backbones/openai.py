@@ -23,6 +23,7 @@ infrastructure failure rather than a failed task.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -73,12 +74,12 @@ def _serving_options(options: ServingOptions | None, overrides: dict[str, Any]) 
                       "a whole call (see ServingOptions)", DeprecationWarning, stacklevel=3)
         overrides = {**overrides}
         overrides.setdefault("deadline_s", overrides.pop("timeout_s"))
-    known = set(ServingOptions.__dataclass_fields__)
+    known = {f.name for f in dataclasses.fields(ServingOptions)}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise TypeError(f"OpenAIBackbone got unknown option(s) {', '.join(unknown)}; "
                         f"the serving options are {', '.join(sorted(known))}")
-    return ServingOptions(**{**(options.__dict__ if options else {}), **overrides})
+    return dataclasses.replace(options or ServingOptions(), **overrides)
 
 
 class _Retryable(Exception):

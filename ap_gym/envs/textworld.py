@@ -210,10 +210,9 @@ def zmachine_command(action: str) -> str:
     two commands, the second answered a step late. Gymnasium's ``check_env`` samples
     random printable text, which found this on CI (a crashed test run). Backslashes
     and whitespace runs become single spaces, and the line is cut to what jericho passes
-    whole.
+    whole (``TextEnv.step`` has already made it printable ASCII: a character is a byte).
     """
-    line = " ".join(action.replace("\\", " ").split())
-    return line.encode("ascii", "ignore")[:ZMACHINE_COMMAND_BYTES].decode("ascii").rstrip()
+    return " ".join(action.replace("\\", " ").split())[:ZMACHINE_COMMAND_BYTES].rstrip()
 
 
 def _section(text: str, title: str) -> list[str]:
