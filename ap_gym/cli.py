@@ -11,6 +11,7 @@ import argparse
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ap_gym.errors import BackboneError
 
@@ -21,12 +22,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     import ap_gym  # noqa: F401
-    from ap_gym.envs import benchmark_names, resolve_benchmark
+    from ap_gym.envs import benchmark_names, env_class, resolve_benchmark
     from ap_gym.policies import get_policy, policy_names
+    from ap_gym.protocol.config import import_modules
 
+    import_modules(args.imports or [])
     if not args.env:
-        for short, env_id in benchmark_names().items():
-            print(f"{short}\t{env_id}")
+        names = {**benchmark_names(), **{n: i for n, i in _user_benchmarks().items() if n not in benchmark_names()}}
+        for short, env_id in names.items():
+            cls = env_class(env_id)
+            abilities = ", ".join(sorted(cls.abilities())) if cls is not None else "?"
+            print(f"{short}\t{env_id}\tcan: {abilities or '-'}")
         print()
         for name in policy_names():
             info = get_policy(name)
@@ -45,28 +51,49 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _user_benchmarks() -> dict[str, str]:
+    """Short name -> env id of every env registered from outside ap-gym that is a TextEnv."""
+    import gymnasium as gym
+
+    from ap_gym.envs import env_class, short_name
+
+    out = {}
+    for env_id, spec in gym.registry.items():
+        entry = spec.entry_point
+        if spec.namespace == "ap_gym" or (isinstance(entry, str) and entry.startswith("gymnasium")):
+            continue
+        try:
+            if env_class(env_id) is not None:
+                out[short_name(env_id)] = env_id
+        except Exception:  # an entry point that does not import: not ours to list
+            continue
+    return out
+
+
 def _cmd_games(args: argparse.Namespace) -> int:
     import time
-    from concurrent.futures import ProcessPoolExecutor
 
-    from rich.progress import track
+    import gymnasium as gym
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    if args.benchmark == "textworld":
-        from ap_gym.envs.textworld import default_suite
-        from ap_gym.envs.textworld import generate_game as generate
+    from ap_gym.envs import resolve_benchmark
+    from ap_gym.protocol.config import import_modules
 
-        specs: list = [s for split in ("train", "test") for s in default_suite()[split]]
-    else:
-        from ap_gym.envs.alfworld import alfworld_suite
-        from ap_gym.envs.alfworld_gen import generate_alfworld_game as generate
-
-        specs = [s for split in ("test", "train") for s in alfworld_suite()[split]]
+    import_modules(args.imports or [])
+    try:
+        env_id = resolve_benchmark(args.benchmark)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     t = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        # the pool's processes already keep native crashes away from this one
-        for _ in track(pool.map(generate, specs), total=len(specs), description=f"{args.benchmark} games"):
-            pass
-    print(f"{len(specs)} {args.benchmark} games ready ({time.perf_counter() - t:.0f} s)")
+    env = gym.make(env_id)
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()) as bar:
+            task = bar.add_task(f"{args.benchmark}: preparing the suite", total=None)
+            made = env.unwrapped.prepare_suite(args.workers,
+                                               lambda done, total: bar.update(task, completed=done, total=total))
+    finally:
+        env.close()
+    print(f"{args.benchmark}: suite ready ({made} item(s) made, {time.perf_counter() - t:.0f} s)")
     return 0
 
 
@@ -177,16 +204,18 @@ def _cmd_view(args: argparse.Namespace) -> int:
 
 def _cmd_skills(args: argparse.Namespace) -> int:
     from ap_gym.errors import APGymError
-    from ap_gym.report.skills import export_skills
+    from ap_gym.protocol.skills import export_skills
 
     try:
         data = export_skills(args.run, args.policy, args.out, benchmark=args.benchmark, seed=args.seed,
-                             active_only=args.active_only)
+                             backbone=args.backbone, active_only=args.active_only)
     except APGymError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"{args.out}: {len(data['admitted'])} admitted, {len(data['filtered_out'])} filtered out "
-          f"({data['setting']}); use it as a policy option: frozen_abstractions: {args.out}")
+    for name, entry in data["settings"].items():
+        print(f"{name}: {len(entry['admitted'])} admitted, {len(entry['filtered_out'])} filtered out")
+    print(f"{args.out}: use it as a policy option, frozen_abstractions: {args.out} (each setting takes the skills of "
+          "its own backbone and seed)")
     return 0
 
 
@@ -200,27 +229,40 @@ def _cmd_injection(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from ap_gym.backbones.server import serve
+    from ap_gym.backbones.server import ServerLimits, serve
 
+    limits = ServerLimits(max_tokens_cap=args.max_tokens_cap, request_timeout_s=args.request_timeout,
+                          max_body_bytes=args.max_body_bytes)
     serve(None if args.model == "default" else args.model, host=args.host, port=args.port, embedder=args.embedder,
-          api_key=args.api_key, max_tokens_cap=args.max_tokens_cap, request_timeout_s=args.request_timeout)
+          api_key=args.api_key, limits=limits)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ap-gym", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_parser_list, _parser_games, _parser_demo, _parser_run, _parser_report, _parser_view, _parser_skills, _parser_injection, _parser_serve):
+        add(sub)
+    return parser
 
+
+def _parser_list(sub: Any) -> None:
     p = sub.add_parser("list", help="list benchmarks and policies, or the tasks of one benchmark")
     p.add_argument("env", nargs="?", help="benchmark name or env id, e.g. textworld")
     p.add_argument("--split", default="test", choices=["train", "test"])
+    p.add_argument("--imports", nargs="+", metavar="MODULE", help="modules that register your envs and policies")
     p.set_defaults(func=_cmd_list)
 
-    p = sub.add_parser("games", help="generate a benchmark's game suite into the cache")
-    p.add_argument("benchmark", choices=["textworld", "alfworld"])
+
+def _parser_games(sub: Any) -> None:
+    p = sub.add_parser("games", help="prepare a benchmark's suite ahead of time (generated games, task lists)")
+    p.add_argument("benchmark", help="a benchmark name or env id, e.g. textworld, alfworld")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--imports", nargs="+", metavar="MODULE", help="modules that register your envs")
     p.set_defaults(func=_cmd_games)
 
+
+def _parser_demo(sub: Any) -> None:
     p = sub.add_parser("demo", help="a small real evaluation on the packaged defaults")
     p.add_argument("--tasks", type=int, default=3, help="held-out tasks per benchmark")
     p.add_argument("--out", default="results/demo")
@@ -230,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=50)
     p.set_defaults(func=_cmd_demo)
 
+
+def _parser_run(sub: Any) -> None:
     p = sub.add_parser("run", help="run the train / frozen-evaluation protocol from a config file")
     p.add_argument("config", help="a YAML config, e.g. benchmarks/smoke.yaml")
     p.add_argument("--name", help="the run's directory name (default: the config's)")
@@ -254,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="results root (default: results)")
     p.set_defaults(func=_cmd_run)
 
+
+def _parser_report(sub: Any) -> None:
     p = sub.add_parser("report", help="tables, curves, statistics and the audit from run directories")
     p.add_argument("runs", nargs="+", help="run directories (results/<name>)")
     p.add_argument("--out", help="where to write the report (default: <first run>/report)")
@@ -262,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the policy compared against every other one (default: anti_persistence)")
     p.set_defaults(func=_cmd_report)
 
+
+def _parser_view(sub: Any) -> None:
     p = sub.add_parser("view", help="browse runs, episodes, memory decisions and provenance in a browser")
     p.add_argument("runs", nargs="+", help="run directories (each indexed once, in <run>/.view/)")
     p.add_argument("--static", metavar="OUT_DIR", help="write a self-contained bundle instead of serving")
@@ -271,15 +319,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rebuild", action="store_true", help="rebuild the index even if it is current")
     p.set_defaults(func=_cmd_view)
 
+
+def _parser_skills(sub: Any) -> None:
     p = sub.add_parser("skills", help="export one setting's admitted and filtered abstractions (frozen-skill layer)")
     p.add_argument("run", help="a run directory")
     p.add_argument("--policy", required=True, help="the policy label")
-    p.add_argument("--benchmark", help="when the run has several")
-    p.add_argument("--seed", type=int, help="when the run has several")
+    p.add_argument("--benchmark", help="only this benchmark's settings")
+    p.add_argument("--backbone", help="only this backbone's settings (its label)")
+    p.add_argument("--seed", type=int, help="only this seed's settings")
     p.add_argument("--active-only", action="store_true", help="leave out abstractions maintenance deactivated")
     p.add_argument("--out", default="skills.json")
     p.set_defaults(func=_cmd_skills)
 
+
+def _parser_injection(sub: Any) -> None:
     p = sub.add_parser("injection", help="the injection study: known wrong rules, a scripted backbone, every design")
     p.add_argument("--share", type=float, default=0.3, help="share of wrong rules among the seeded ones")
     p.add_argument("--rules", type=int, default=20)
@@ -290,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/injection")
     p.set_defaults(func=_cmd_injection)
 
+
+def _parser_serve(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve a transformers model over an OpenAI-compatible HTTP API")
     p.add_argument("--model", default="default", help="default (packaged SmolLM2), a model dir, or a .gguf")
     p.add_argument("--host", default="127.0.0.1", help="beyond loopback only with --api-key")
@@ -298,8 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", help="require Authorization: Bearer KEY (default: $AP_GYM_API_KEY)")
     p.add_argument("--max-tokens-cap", type=int, default=1024, help="the most tokens one request may generate")
     p.add_argument("--request-timeout", type=float, default=120.0, help="seconds a request may generate")
+    p.add_argument("--max-body-bytes", type=int, default=8 << 20, help="the largest request body accepted")
     p.set_defaults(func=_cmd_serve)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

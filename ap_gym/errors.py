@@ -13,6 +13,7 @@ __all__ = [
     "BackboneError",
     "EnvInfrastructureError",
     "InfrastructureError",
+    "PromptRejected",
     "StoreError",
     "UnknownTaskError",
 ]
@@ -39,6 +40,12 @@ class EnvInfrastructureError(InfrastructureError):
 
 class BackboneError(InfrastructureError):
     """The language model could not be reached or kept failing after retries."""
+
+
+class PromptRejected(APGymError):
+    """The model refused the method's own prompt (a context overflow, a request it calls
+    malformed): a failure of the method, recorded as the episode's termination
+    ``prompt_rejected`` and counted in every rate (not an infrastructure failure)."""
 
 
 class StoreError(APGymError):

@@ -23,7 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ap_gym.errors import InfrastructureError
+from ap_gym.errors import InfrastructureError, PromptRejected
 from ap_gym.types import Episode, Policy, PolicyTrace, Termination
 from ap_gym.wrappers.recording import RecordEpisode
 
@@ -82,6 +82,9 @@ def run_episode(
             recorder.start_info, False, False, termination=Termination.INFRA,
             error=f"{type(e).__name__}: {e}",
         )
+    except PromptRejected as e:  # the method's own prompt: a failed task, counted in every rate
+        episode = recorder.build(recorder.start_info, False, False, termination=Termination.PROMPT_REJECTED,
+                                 error=f"{type(e).__name__}: {e}")
     return _finish(policy, episode, seed, training)
 
 
@@ -91,7 +94,7 @@ def _finish(
     trace: PolicyTrace = policy.trace() if began else PolicyTrace()
     steps = tuple(
         dataclasses.replace(step, prompt=t.prompt, response=t.response, parse_failure=t.parse_failure,
-                            reasoning=t.reasoning)
+                            reasoning=t.reasoning, candidates=t.candidates, reduction=t.reduction)
         for step, t in zip(episode.steps, trace.steps, strict=False)
     ) + episode.steps[len(trace.steps):]
     episode = dataclasses.replace(
@@ -100,7 +103,7 @@ def _finish(
     )
     try:
         extra = policy.end(episode)
-    except InfrastructureError as e:  # e.g. the backbone died during reflection
+    except (InfrastructureError, PromptRejected) as e:  # e.g. the backbone died during reflection
         return dataclasses.replace(
             episode, error=f"after the episode: {type(e).__name__}: {e}",
             policy_info={**episode.policy_info, "end_failed": True},

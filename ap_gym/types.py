@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
 __all__ = [
     "PURPOSES",
+    "Embedder",
     "Episode",
     "Policy",
     "PolicyTrace",
@@ -31,11 +34,17 @@ PURPOSES = ("acting", "synthesis", "reflection", "maintenance", "admission")
 
 
 class Termination(enum.StrEnum):
-    """How an episode ended. Only ``WON`` is a success; ``INFRA`` is not a task outcome."""
+    """How an episode ended. Only ``WON`` is a success; ``INFRA`` is not a task outcome.
+
+    ``PROMPT_REJECTED``: the model refused the method's own prompt (it overflowed the
+    context, or the server rejected it as malformed). That is the method's doing, so it is
+    a failed task in every rate, never an infrastructure failure to leave out.
+    """
 
     WON = "won"
     LOST = "lost"
     STEP_LIMIT = "step_limit"
+    PROMPT_REJECTED = "prompt_rejected"
     INFRA = "infrastructure_failure"
 
 
@@ -54,10 +63,6 @@ class Usage:
 
     def calls_for(self, purpose: str) -> int:
         return self.calls.get(purpose, 0)
-
-    @property
-    def non_acting_calls(self) -> int:
-        return self.llm_calls - self.calls_for("acting")
 
     def __add__(self, other: Usage) -> Usage:
         def merge(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
@@ -120,7 +125,12 @@ class UsageMeter:
 
 @dataclass(frozen=True)
 class Step:
-    """One environment step: the action, what came back, and what the policy saw."""
+    """One environment step: the action, what came back, and what the policy saw.
+
+    ``candidates`` and ``reduction`` are set when the policy chose among admissible
+    commands by score: the best-scored candidates as ``(command, score)``, best first,
+    and how token log-likelihoods were reduced (``"sum"`` or ``"mean"``).
+    """
 
     action: str
     observation: str
@@ -130,20 +140,36 @@ class Step:
     response: str | None = None
     parse_failure: bool = False
     reasoning: str | None = None
+    candidates: tuple[tuple[str, float], ...] | None = None
+    reduction: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        for key in ("candidates", "reduction"):  # only on the steps that scored candidates
+            if d[key] is None:
+                del d[key]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Step:
+        d = dict(d)
+        if d.get("candidates") is not None:
+            d["candidates"] = tuple((str(c), float(v)) for c, v in d["candidates"])
+        return cls(**d)
 
 
 @dataclass(frozen=True)
 class StepTrace:
-    """What a policy reports about one ``act`` call: the exact prompt and raw output, and
-    the reasoning the model wrote before its action (ReAct), when there is some."""
+    """What a policy reports about one ``act`` call: the exact prompt and raw output, the
+    reasoning the model wrote before its action (ReAct), and the scored candidates when
+    it chose among admissible commands (see :class:`Step`)."""
 
     prompt: str | None = None
     response: str | None = None
     parse_failure: bool = False
     reasoning: str | None = None
+    candidates: tuple[tuple[str, float], ...] | None = None
+    reduction: str | None = None
 
 
 @dataclass(frozen=True)
@@ -221,7 +247,7 @@ class Episode:
             task_family=d["task_family"],
             instruction=d["instruction"],
             initial_observation=d.get("initial_observation", ""),
-            steps=tuple(Step(**s) for s in d.get("steps", [])),
+            steps=tuple(Step.from_dict(s) for s in d.get("steps", [])),
             success=bool(d["success"]),
             score=d.get("score"),
             max_score=d.get("max_score"),
@@ -285,3 +311,15 @@ class StatefulPolicy(Policy, Protocol):
     def close(self) -> None: ...
 
     def spec(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Task text to vectors: ``embed(texts)`` returns an ``(n, dim)`` float32 array of
+    unit-length rows; ``identity`` names the model (saved with results). Memory indexes
+    records by it, the bandit measures similarity with it."""
+
+    identity: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...

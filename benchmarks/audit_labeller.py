@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from ap_gym.envs import env_class, resolve_benchmark
 from ap_gym.report.audit import AnyOf, EnvironmentLabeller, JudgeLabeller, SourceRecord
 
 FIXTURES = Path(__file__).with_name("audit") / "fixtures.yaml"
@@ -57,7 +58,7 @@ def main() -> None:
     by_bench: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
     labelled = []
     for item in items:
-        rules = EnvironmentLabeller(item["benchmark"])
+        rules = EnvironmentLabeller(env_class(resolve_benchmark(item["benchmark"])).grammar)
         labeller = AnyOf([rules, JudgeLabeller(judge, item["benchmark"])]) if judge else rules
         label = labeller(item["text"], [sources[s] for s in item["sources"]])
         by_bench[item["benchmark"]].append((bool(item["erroneous"]), label.flagged))

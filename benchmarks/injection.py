@@ -9,6 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ap_gym.injection import main  # noqa: E402
+
 from benchmarks._bench import emit  # noqa: E402
 
 if __name__ == "__main__":

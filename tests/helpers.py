@@ -18,7 +18,8 @@ import yaml
 
 from ap_gym.envs.base import StartResult, StepResult, TextEnv
 
-__all__ = ["CHOOSE", "TINY_AGENT", "Counter", "ap_config", "config", "eval_results", "kill_resume_and_compare"]
+__all__ = ["CHOOSE", "TINY_AGENT", "Counter", "ap_config", "config", "eval_results", "kill_resume_and_compare",
+           "labeller_for"]
 
 #: Options that keep the tiny backbone's episodes short.
 TINY_AGENT = {"agent": {"action_mode": "generate", "generation": {"max_new_tokens": 3}},
@@ -126,3 +127,40 @@ def kill_resume_and_compare(tmp_path: Path, data: dict, kill_at, clean_overrides
     assert resumed == json.loads((clean / "summary.json").read_text())
     assert eval_results(tmp_path / "killed/t") == eval_results(clean)
     return proc
+
+
+def labeller_for(benchmark: str):
+    """The audit's rule labeller with the grammar the benchmark's env declares."""
+    from ap_gym.envs import env_class, resolve_benchmark
+    from ap_gym.report.audit import EnvironmentLabeller
+
+    return EnvironmentLabeller(env_class(resolve_benchmark(benchmark)).grammar)
+
+
+def synthetic_run(root: Path, name: str, outcomes: dict[str, list[bool]], *, benchmark: str = "shop",
+                  seeds: tuple[int, ...] = (0,), backbone: str = "tiny-llama(seed=0)") -> Path:
+    """A run directory in the results format, written directly: for each policy label, its
+    held-out outcomes (one episode per entry) in every seed, at iteration 0."""
+    from ap_gym.paths import atomic_write_json
+    from ap_gym.protocol import RunConfig
+    from ap_gym.protocol.results import EPISODES, EpisodeLine
+    from ap_gym.types import Episode, Termination
+
+    run_dir = root / name
+    labels = list(outcomes)
+    config = RunConfig.from_dict({"name": name, "benchmarks": [benchmark], "backbone": "tiny", "out": str(root),
+                                  "policies": [{"name": "anti_persistence", "label": label} for label in labels],
+                                  "seeds": list(seeds), "iterations": 1})
+    atomic_write_json(run_dir / "config.json", {"config": config.to_dict(), "backbone": {"identity": backbone}})
+    for label, wins in outcomes.items():
+        for seed in seeds:
+            directory = run_dir / benchmark / label / f"seed{seed}"
+            directory.mkdir(parents=True)
+            lines = []
+            for i, won in enumerate(wins):
+                episode = Episode(f"{benchmark}/{i}", "f", "do it", "", (), won, 100.0 * won, 100.0,
+                                  Termination.WON if won else Termination.LOST, seed=seed)
+                lines.append(json.dumps(EpisodeLine("eval", 0, i, benchmark, label, seed, 1,
+                                                    episode.to_dict()).to_dict()))
+            (directory / EPISODES).write_text("\n".join(lines) + "\n")
+    return run_dir

@@ -152,3 +152,27 @@ def test_a_hung_model_server_fails_the_run_at_start_within_its_deadline(tmp_path
     assert code == 2
     assert elapsed < 90
     assert server.url.rsplit("/v1", 1)[0] in capsys.readouterr().err
+
+
+def test_list_shows_a_users_env_and_policy_with_imports(tmp_path, capsys, monkeypatch):
+    (tmp_path / "my_things.py").write_text(
+        "import gymnasium as gym\n"
+        "from ap_gym.envs import StartResult, StepResult, TextEnv\n"
+        "from ap_gym.policies import BasePolicy, register_policy\n\n"
+        "class Door(TextEnv):\n"
+        "    benchmark = 'door'\n"
+        "    def _task_ids(self, split): return ['door/1']\n"
+        "    def task_family(self, task_id): return 'door'\n"
+        "    def _start(self, task_id, options): return StartResult('A door.', 'Open it.')\n"
+        "    def _advance(self, action): return StepResult('It opens.', 1.0, won=True)\n"
+        "    def walkthrough(self, task_id): return ['open door']\n\n"
+        "@register_policy('knock')\n"
+        "class Knock(BasePolicy):\n"
+        "    '''Knocks first.'''\n"
+        "    def act(self, observation, info): return 'knock'\n\n"
+        "if 'mine/Door-v0' not in gym.registry:\n"
+        "    gym.register('mine/Door-v0', entry_point=Door)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["list", "--imports", "my_things"]) == 0
+    out = capsys.readouterr().out
+    assert "door\tmine/Door-v0\tcan: walkthrough" in out and "policy knock\tneeds: -\tKnocks first." in out

@@ -13,11 +13,14 @@ Optional abilities are small runtime-checkable protocols, checked with ``isinsta
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import Field
+
+from ap_gym.options import Options
+from ap_gym.seeding import derived_seed
 
 __all__ = ["Backbone", "BatchScorer", "Completion", "EpisodeCache", "GenerationConfig", "Message", "Reduction",
            "Scores", "ServedBackbone"]
@@ -27,8 +30,7 @@ Message = Mapping[str, str]
 Reduction = Literal["sum", "mean"]
 
 
-@dataclass(frozen=True)
-class GenerationConfig:
+class GenerationConfig(Options):
     """Decoding options, passed whole through every layer.
 
     Attributes:
@@ -39,19 +41,15 @@ class GenerationConfig:
         seed: seeds sampling; ignored when greedy.
     """
 
-    max_new_tokens: int = 64
-    temperature: float = 0.0
-    top_p: float = 1.0
+    max_new_tokens: int = Field(default=64, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     stop: tuple[str, ...] = ()
     seed: int | None = None
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature,
-                "top_p": self.top_p, "stop": list(self.stop), "seed": self.seed}
 
     def seeded(self, run_seed: int | None, *keys: object) -> GenerationConfig:
         """This config with a sampling seed derived from the run's seed and ``keys`` (the
@@ -64,16 +62,7 @@ class GenerationConfig:
         """
         if self.greedy or self.seed is not None or run_seed is None:
             return self
-        digest = hashlib.sha256("|".join(map(str, (run_seed, *keys))).encode()).digest()
-        return dataclasses.replace(self, seed=int.from_bytes(digest[:4], "big") & 0x7FFFFFFF)
-
-    @classmethod
-    def coerce(cls, value: GenerationConfig | Mapping[str, Any]) -> GenerationConfig:
-        """A GenerationConfig from itself or from plain options (YAML lists become tuples)."""
-        if isinstance(value, cls):
-            return value
-        options = dict(value)
-        return cls(**{**options, "stop": tuple(options.get("stop", ()))})
+        return self.model_copy(update={"seed": derived_seed(run_seed, *keys, bits=31)})
 
 
 @dataclass(frozen=True)

@@ -11,26 +11,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
 from ap_gym.errors import BackboneError
 from ap_gym.paths import package_file
+from ap_gym.types import Embedder
 
 __all__ = ["DEFAULT_EMBEDDER", "Embedder", "OpenAIEmbedder", "SentenceTransformerEmbedder", "make_embedder", "packaged_minilm"]
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """``embed(texts)`` returns an ``(n, dim)`` float32 array of unit-length rows."""
-
-    identity: str
-    dim: int
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 def packaged_minilm() -> Path:

@@ -7,7 +7,9 @@ Within an episode an agent's prompt grows by appending: the backbone keeps the K
 of its last prompt (:mod:`ap_gym.backbones.kv_cache`) and prefills only the tokens after
 the longest common prefix. ``score`` evaluates all candidates in one forward pass over
 that cache (:mod:`ap_gym.backbones.packing`); ``score_batch`` does the same for several
-lanes at once, each with its own cache.
+lanes at once, each with its own cache. What only a server needs (sessions, token-id
+prompts, every prompt token's log-probability) is :class:`~ap_gym.backbones.serving.PromptScorer`,
+beside this class, over its public methods.
 """
 
 from __future__ import annotations
@@ -15,9 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ap_gym.backbones.base import (
@@ -37,32 +37,18 @@ from ap_gym.backbones.packing import (
     pack,
     stack_caches,
     to_additive,
+    token_chunks,
 )
 from ap_gym.backbones.tiny import tiny_llama
 from ap_gym.errors import BackboneError
 
 __all__ = [
     "DEFAULT_MODEL",
-    "ISOLATED",
-    "PromptLogprobs",
     "TransformersBackbone",
     "default_model_dir",
     "packaged_gguf",
     "tiny_llama",
 ]
-
-
-#: A ``session`` for a call that shares no KV cache with any other call.
-ISOLATED = object()
-
-
-@dataclass(frozen=True)
-class PromptLogprobs:
-    """Per prompt: the log-probability of every token (``None`` for the first), and the
-    greedy next token after it."""
-
-    logprobs: list[list[float | None]]
-    next_tokens: list[int]
 
 
 class TransformersBackbone:
@@ -93,11 +79,9 @@ class TransformersBackbone:
         self.max_context = min(max_context or limit, limit)
         self.reuse_cache = reuse_cache
         self._eos = self._eos_ids()
-        self._lock = threading.RLock()
+        #: one call at a time: the model, its caches and the statistics are shared state
+        self.lock = threading.RLock()
         self._main = PrefixCache()
-        #: KV caches of named sessions (a served episode each), least recently used dropped first.
-        self._sessions: OrderedDict[Hashable, PrefixCache] = OrderedDict()
-        self.max_sessions = 64
         #: per-lane KV caches for :meth:`score_batch` with ``keys`` (lanes in lock-step).
         self._lane_caches: dict[Any, PrefixCache] = {}
         #: prefill accounting: tokens computed versus tokens reused from the KV cache.
@@ -122,7 +106,7 @@ class TransformersBackbone:
             [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
         )
 
-    def _encode_prompt(self, messages: Sequence[Message], reserve: int) -> tuple[list[int], bool]:
+    def encode_prompt(self, messages: Sequence[Message], reserve: int) -> tuple[list[int], bool]:
         ids = self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"]
         budget = self.max_context - reserve
         if len(ids) <= budget:
@@ -135,7 +119,8 @@ class TransformersBackbone:
                 for c in candidates]
 
     # ---------------------------------------------------------------- cache
-    def _forward(self, ids: list[int], cache: Any, **kwargs: Any) -> Any:
+    def forward(self, ids: list[int], cache: Any, **kwargs: Any) -> Any:
+        """One forward pass of ``ids`` over ``cache`` (which grows by them)."""
         import torch
 
         input_ids = torch.tensor([ids], device=self.device)
@@ -144,7 +129,7 @@ class TransformersBackbone:
     def _prefill(self, ids: list[int]) -> Any:
         """Bring the cache to ``ids``, computing only what it lacks; the last position's logits."""
         common = self._main.prepare(ids, self.model.config, reuse=self.reuse_cache)
-        out = self._forward(ids[common:], self._main.kv, logits_to_keep=1)
+        out = self.forward(ids[common:], self._main.kv, logits_to_keep=1)
         self._main.ids = list(ids)
         self.stats["prefill_tokens"] += len(ids) - common
         self.stats["reused_tokens"] += common
@@ -153,26 +138,16 @@ class TransformersBackbone:
     def reset_cache(self, key: Any = None) -> None:
         """Forget the cached prompt (the next call prefills from scratch); with ``key``,
         that lane's cache (see :meth:`score_batch`)."""
-        with self._lock:
+        with self.lock:
             if key is None:
                 self._main.reset()
             else:
                 self._lane_caches.pop(key, None)
 
     @contextlib.contextmanager
-    def _session(self, session: Hashable | None) -> Iterator[None]:
-        """Use ``session``'s KV cache for the call (``None``: the backbone's own, in-process
-        use; :data:`ISOLATED`: a fresh one, kept by nobody)."""
-        if session is None:
-            yield
-            return
-        if session is ISOLATED:
-            cache = PrefixCache()
-        else:
-            cache = self._sessions.pop(session, None) or PrefixCache()
-            self._sessions[session] = cache
-            while len(self._sessions) > self.max_sessions:
-                self._sessions.popitem(last=False)
+    def using(self, cache: PrefixCache) -> Iterator[None]:
+        """Calls inside use ``cache`` as the prompt's KV cache (a served session's, a lane's,
+        a fresh one) instead of the backbone's own; call it holding :attr:`lock`."""
         saved, self._main = self._main, cache
         try:
             yield
@@ -181,24 +156,20 @@ class TransformersBackbone:
 
     # ------------------------------------------------------------- generate
     def generate(self, messages: Sequence[Message], config: GenerationConfig = GenerationConfig(), *,
-                 session: Hashable | None = None, deadline: float | None = None) -> Completion:
-        """A chat completion. ``session`` picks the KV cache (see :meth:`_session`); past
-        ``deadline`` (a ``time.monotonic()`` value) generation stops with ``"length"``."""
-        with self._lock:
-            ids, truncated = self._encode_prompt(messages, config.max_new_tokens)
-            with self._session(session):
-                return self._generate(ids, config, deadline, {"truncated_prompt": True} if truncated else {})
+                 deadline: float | None = None) -> Completion:
+        """A chat completion; past ``deadline`` (a ``time.monotonic()`` value) generation stops
+        with ``"length"`` and ``extra["timed_out"]``."""
+        with self.lock:
+            ids, truncated = self.encode_prompt(messages, config.max_new_tokens)
+            return self.complete(ids, config, deadline, {"truncated_prompt": True} if truncated else {})
 
-    def generate_ids(self, ids: Sequence[int], config: GenerationConfig = GenerationConfig(), *,
-                     deadline: float | None = None) -> Completion:
-        """A completion of a token-id prompt, sharing no cache; ``extra["token_ids"]`` holds the tokens."""
-        with self._lock, self._session(ISOLATED):
-            return self._generate(list(ids), config, deadline, {})
-
-    def _generate(self, ids: list[int], config: GenerationConfig, deadline: float | None,
-                  extra: dict[str, Any]) -> Completion:
+    def complete(self, ids: list[int], config: GenerationConfig, deadline: float | None = None,
+                 extra: dict[str, Any] | None = None) -> Completion:
+        """Generate after the token ids ``ids`` over the current KV cache (call it holding
+        :attr:`lock`); ``extra["token_ids"]`` holds the generated tokens."""
         import torch
 
+        extra = dict(extra or {})
         with torch.inference_mode():
             t0 = time.perf_counter()
             try:
@@ -224,9 +195,9 @@ class TransformersBackbone:
                 if len(generated) == config.max_new_tokens:
                     break
                 if deadline is not None and time.monotonic() > deadline:
-                    extra = {**extra, "timed_out": True}
+                    extra["timed_out"] = True
                     break
-                logits = self._forward([token], self._main.kv, logits_to_keep=1).logits[0, -1]
+                logits = self.forward([token], self._main.kv, logits_to_keep=1).logits[0, -1]
                 self._main.ids.append(token)
             self.stats["decode_tokens"] += len(generated)
             text = _cut_at_stop(text, config.stop)
@@ -255,9 +226,9 @@ class TransformersBackbone:
 
         if not batch:
             return []
-        with self._lock, torch.inference_mode():
+        with self.lock, torch.inference_mode():
             t0 = time.perf_counter()
-            encoded = [self._encode_prompt(m, config.max_new_tokens)[0] for m in batch]
+            encoded = [self.encode_prompt(m, config.max_new_tokens)[0] for m in batch]
             width = max(len(e) for e in encoded)
             pad = self.tokenizer.pad_token_id
             input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=self.device)
@@ -299,20 +270,11 @@ class TransformersBackbone:
         if not candidates:
             return Scores(())
         cand_ids = self._candidate_ids(candidates)
-        with self._lock, torch.inference_mode():
-            ids, _ = self._encode_prompt(messages, max(len(c) for c in cand_ids) + 1)
+        with self.lock, torch.inference_mode():
+            ids, _ = self.encode_prompt(messages, max(len(c) for c in cand_ids) + 1)
             prefix = len(ids)
             totals = [0.0] * len(candidates)
-            order = list(range(len(candidates)))
-            chunks: list[list[int]] = []
-            start = 0
-            while start < len(order):
-                chunk, size = [], 0
-                while start < len(order) and (not chunk or size + len(cand_ids[order[start]]) <= max_tokens_per_pass):
-                    chunk.append(order[start])
-                    size += len(cand_ids[order[start]])
-                    start += 1
-                chunks.append(chunk)
+            chunks = token_chunks([len(c) for c in cand_ids], max_tokens_per_pass)
             # the prompt's new tokens and the first chunk of candidates in one forward pass
             first_logits = self._prefill_and_score(ids, chunks[0], cand_ids, totals)
             for chunk in chunks[1:]:
@@ -343,7 +305,7 @@ class TransformersBackbone:
         top[:, common:common + s] = torch.ones(s, s, dtype=torch.bool, device=self.device).tril()
         mask = torch.cat([to_additive(top, self.model.dtype).to(self.device),
                           candidate_mask(spans, prefix, n, self.model.dtype, self.device)])
-        out = self._forward(suffix + tokens, self._main.kv, attention_mask=mask[None, None],
+        out = self.forward(suffix + tokens, self._main.kv, attention_mask=mask[None, None],
                             position_ids=torch.tensor([list(range(common, prefix)) + positions], device=self.device),
                             logits_to_keep=n + 1)
         crop(self._main.kv, prefix)
@@ -369,7 +331,7 @@ class TransformersBackbone:
         if not tokens:
             return
         mask = candidate_mask(spans, prefix, len(tokens), self.model.dtype, self.device)
-        out = self._forward(tokens, self._main.kv, attention_mask=mask[None, None],
+        out = self.forward(tokens, self._main.kv, attention_mask=mask[None, None],
                             position_ids=torch.tensor([positions], device=self.device))
         crop(self._main.kv, prefix)
         logp = torch.log_softmax(out.logits[0].float(), -1)
@@ -377,71 +339,6 @@ class TransformersBackbone:
             targets = cand_ids[i][1:]
             for j in range(length):
                 totals[i] += float(logp[off + j, targets[j]])
-
-    def prompt_logprobs(self, prompts: Sequence[Sequence[int]], *, max_tokens_per_pass: int = 2048,
-                        chunk: int = 512) -> PromptLogprobs:
-        """The log-probability of every token of every prompt, sharing no cache.
-
-        Prompts that share a prefix (a chat prompt followed by each candidate command)
-        are computed in one pass over the prefix, then one packed pass over the suffixes,
-        as :meth:`score` does; the result equals one forward pass per prompt.
-        """
-        import torch
-
-        prompts = [list(p) for p in prompts]
-        if not prompts or any(not p for p in prompts):
-            raise ValueError("every prompt needs at least one token")
-        shortest = min(len(p) for p in prompts)
-        common = 0
-        while common < shortest - 1 and all(p[common] == prompts[0][common] for p in prompts):
-            common += 1
-        groups = [(prompts[0][:common], list(range(len(prompts))))] if common else \
-            [(p[:-1], [k]) for k, p in enumerate(prompts)]
-        logprobs: list[list[float | None]] = [[] for _ in prompts]
-        next_tokens = [0] * len(prompts)
-        with self._lock, torch.inference_mode():
-            for prefix, members in groups:
-                self._prompt_group(prefix, [prompts[k][len(prefix):] for k in members], members, logprobs,
-                                   next_tokens, max_tokens_per_pass, chunk)
-        return PromptLogprobs(logprobs, next_tokens)
-
-    def _prompt_group(self, prefix: list[int], suffixes: list[list[int]], members: list[int],
-                      logprobs: list[list[float | None]], next_tokens: list[int], max_tokens_per_pass: int,
-                      chunk: int) -> None:
-        import torch
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=self.model.config)
-        head: list[float | None] = [None]
-        last = None
-        if prefix:  # chunked prefill, keeping each prefix token's log-probability
-            for start in range(0, len(prefix), chunk):
-                piece = prefix[start:start + chunk]
-                logp = torch.log_softmax(self._forward(piece, cache).logits[0].float(), -1)
-                targets = prefix[start + 1:start + 1 + len(piece)]
-                head += logp[torch.arange(len(targets)), torch.tensor(targets, dtype=torch.long)].tolist()
-                last = logp[-1]
-        for k, suffix in zip(members, suffixes, strict=True):
-            first = [] if last is None else [float(last[suffix[0]])]
-            logprobs[k] = head[:len(prefix)] + first if prefix else [None]
-        order = list(range(len(suffixes)))
-        start = 0
-        while start < len(order):  # suffixes packed after the prefix, as score() packs candidates
-            batch, size = [], 0
-            while start < len(order) and (not batch or size + len(suffixes[order[start]]) <= max_tokens_per_pass):
-                batch.append(order[start])
-                size += len(suffixes[order[start]])
-                start += 1
-            tokens, positions, spans = pack(suffixes, batch, len(prefix), whole=True)
-            mask = candidate_mask(spans, len(prefix), len(tokens), self.model.dtype, self.device)
-            out = self._forward(tokens, cache, attention_mask=mask[None, None],
-                                position_ids=torch.tensor([positions], device=self.device))
-            crop(cache, len(prefix))
-            logp = torch.log_softmax(out.logits[0].float(), -1)
-            for i, (off, length) in zip(batch, spans, strict=True):
-                suffix, k = suffixes[i], members[i]
-                logprobs[k] += [float(logp[off + j - 1, suffix[j]]) for j in range(1, length)]
-                next_tokens[k] = int(torch.argmax(logp[off + length - 1]))
 
     def score_batch(
         self, requests: Sequence[ScoreRequest], *, keys: Sequence[Any] | None = None, max_elements: int = 1 << 23,
@@ -463,7 +360,7 @@ class TransformersBackbone:
         try:
             return self._score_lanes(requests, temporary, max_elements)
         finally:
-            with self._lock:
+            with self.lock:
                 for key in temporary:
                     self._lane_caches.pop(key, None)
 
@@ -473,21 +370,18 @@ class TransformersBackbone:
 
         results: list[Scores | None] = [None] * len(requests)
         rows: list[LaneRow] = []
-        with self._lock, torch.inference_mode():
+        with self.lock, torch.inference_mode():
             for i, ((messages, candidates, reduction), key) in enumerate(zip(requests, keys, strict=True)):
                 if not candidates:
                     results[i] = Scores(())
                     continue
                 cand_ids = self._candidate_ids(candidates)
-                ids, _ = self._encode_prompt(messages, max(len(c) for c in cand_ids) + 1)
+                ids, _ = self.encode_prompt(messages, max(len(c) for c in cand_ids) + 1)
                 cache = self._lane_caches.setdefault(key, PrefixCache())
                 width = len(ids) - cache.common_prefix(ids) + sum(len(c) - 1 for c in cand_ids)
                 if width ** 2 > max_elements:  # too wide for one padded pass: alone, with this key's cache
-                    saved, self._main = self._main, cache
-                    try:
+                    with self.using(cache):
                         results[i] = self.score(messages, candidates, reduction)
-                    finally:
-                        self._main = saved
                     continue
                 common = cache.prepare(ids, self.model.config)  # its ids grow once the pass succeeds
                 rows.append(LaneRow(i, key, cache, ids, common, cand_ids))

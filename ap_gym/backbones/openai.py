@@ -23,8 +23,8 @@ infrastructure failure rather than a failed task.
 
 from __future__ import annotations
 
-import dataclasses
 import os
+import re
 import threading
 import time
 import uuid
@@ -32,23 +32,27 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from pydantic import Field
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from ap_gym.backbones.base import Completion, GenerationConfig, Message, Reduction, Scores
-from ap_gym.errors import BackboneError
+from ap_gym.errors import BackboneError, PromptRejected
+from ap_gym.options import Options
 
 __all__ = ["OpenAIBackbone", "ServingOptions"]
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+#: What a server says when the prompt itself is at fault (vLLM: "This model's maximum context
+#: length is 4096 tokens. However, you requested ..."): the method's failure, not the server's.
+_PROMPT_FAULT = re.compile(r"context|too long|maximum.{0,40}(length|tokens)|prompt.{0,40}(length|tokens)|"
+                           r"input.{0,20}tokens", re.I)
 SCORING_METHODS = ("prompt_logprobs", "echo")
 
 
-@dataclass(frozen=True)
-class ServingOptions:
+class ServingOptions(Options):
     """How a served backbone is called; settable from a run config (``serving:``) and the CLI.
 
     Attributes:
@@ -59,11 +63,11 @@ class ServingOptions:
         check_deadline_s: the deadline of the start-up check (model listed, scoring available).
     """
 
-    deadline_s: float = 120.0
-    retries: int = 4
-    backoff_s: float = 0.5
-    concurrency: int = 8
-    check_deadline_s: float = 15.0
+    deadline_s: float = Field(default=120.0, gt=0)
+    retries: int = Field(default=4, ge=0)
+    backoff_s: float = Field(default=0.5, ge=0)
+    concurrency: int = Field(default=8, ge=1)
+    check_deadline_s: float = Field(default=15.0, gt=0)
 
 
 def _serving_options(options: ServingOptions | None, overrides: dict[str, Any]) -> ServingOptions:
@@ -74,12 +78,12 @@ def _serving_options(options: ServingOptions | None, overrides: dict[str, Any]) 
                       "a whole call (see ServingOptions)", DeprecationWarning, stacklevel=3)
         overrides = {**overrides}
         overrides.setdefault("deadline_s", overrides.pop("timeout_s"))
-    known = {f.name for f in dataclasses.fields(ServingOptions)}
+    known = set(ServingOptions.model_fields)
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise TypeError(f"OpenAIBackbone got unknown option(s) {', '.join(unknown)}; "
                         f"the serving options are {', '.join(sorted(known))}")
-    return dataclasses.replace(options or ServingOptions(), **overrides)
+    return (options or ServingOptions()).replace(**overrides)
 
 
 class _Retryable(Exception):
@@ -151,6 +155,8 @@ class OpenAIBackbone:
         text = body.decode("utf-8", errors="replace")
         if status in _RETRY_STATUS:
             raise _Retryable(f"HTTP {status}: {text[:200]}")
+        if status in (400, 413, 422) and _PROMPT_FAULT.search(text):
+            raise PromptRejected(f"{url} refused the prompt (HTTP {status}): {text[:500]}")
         if status >= 300:
             raise BackboneError(f"{url} answered HTTP {status}: {text[:500]}")
         try:
@@ -305,7 +311,7 @@ class OpenAIBackbone:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "openai", "identity": self.identity, "base_url": self.base_url, "model": self.model,
-                "scoring": self._scoring or None, "options": dict(self.options.__dict__)}
+                "scoring": self._scoring or None, "options": self.options.to_dict()}
 
     def close(self) -> None:
         self._client.close()

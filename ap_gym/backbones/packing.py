@@ -20,7 +20,23 @@ from typing import Any
 
 from ap_gym.backbones.kv_cache import PrefixCache
 
-__all__ = ["LaneRow", "candidate_mask", "lane_batch", "pack", "stack_caches", "to_additive"]
+__all__ = ["LaneRow", "candidate_mask", "lane_batch", "pack", "stack_caches", "to_additive", "token_chunks"]
+
+
+def token_chunks(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices ``0..n-1`` in order, cut into runs whose lengths sum to at most ``budget``
+    tokens (an item longer than the budget has a run of its own): the passes of a packed
+    scoring call."""
+    chunks: list[list[int]] = []
+    size = 0
+    for i, length in enumerate(lengths):
+        if chunks and chunks[-1] and size + length <= budget:
+            chunks[-1].append(i)
+            size += length
+        else:
+            chunks.append([i])
+            size = length
+    return chunks
 
 
 def pack(cand_ids: Sequence[Sequence[int]], chunk: Sequence[int], prefix: int,

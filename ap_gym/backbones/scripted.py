@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ap_gym.backbones.base import Completion, GenerationConfig, Message, Scores
+from ap_gym.text import commands_in
 
 __all__ = ["CompliantBackbone", "guidance_rules"]
 
@@ -67,8 +68,6 @@ class CompliantBackbone:
 
     # ----------------------------------------------------------------- acting
     def act(self, messages: Sequence[Message]) -> str:
-        from ap_gym.report.audit import commands_in
-
         system = messages[0]["content"]
         line = next((ln for ln in system.splitlines() if ln.startswith("Your task: ")), "")
         instruction = line.removeprefix("Your task: ").strip()

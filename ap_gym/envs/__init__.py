@@ -17,9 +17,18 @@ from __future__ import annotations
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec
 
-from ap_gym.envs.base import PRINTABLE, SPLITS, StartResult, StepResult, TextEnv, text_space
+from ap_gym.envs.base import (
+    ABILITIES,
+    PRINTABLE,
+    SPLITS,
+    StartResult,
+    StepResult,
+    TextEnv,
+    text_space,
+)
 
 __all__ = [
+    "ABILITIES",
     "DEFAULT_MAX_STEPS",
     "PRINTABLE",
     "SPLITS",
@@ -27,6 +36,7 @@ __all__ = [
     "StepResult",
     "TextEnv",
     "benchmark_names",
+    "env_class",
     "resolve_benchmark",
     "short_name",
     "text_space",
@@ -73,3 +83,13 @@ def resolve_benchmark(name: str) -> str:
     raise ValueError(
         f"unknown benchmark {name!r}; choose from {', '.join(benchmark_names())}, or an env id registered with "
         "gymnasium.register (a module under the config's imports: can register one)")
+
+
+def env_class(env_id: str) -> type[TextEnv] | None:
+    """The :class:`TextEnv` subclass an env id's entry point names, without building an env
+    (no engine starts); ``None`` when the entry point is not a TextEnv class."""
+    from gymnasium.envs.registration import load_env_creator
+
+    entry = gym.spec(env_id).entry_point
+    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    return creator if isinstance(creator, type) and issubclass(creator, TextEnv) else None

@@ -31,15 +31,24 @@ import contextlib
 import json
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from ap_gym.envs.alfworld_gen import TASK_TYPES, AlfGameSpec, ensure_alfworld_game, scenes
+from ap_gym.envs.alfworld_gen import (
+    TASK_TYPES,
+    AlfGameSpec,
+    ensure_alfworld_game,
+    game_cached,
+    generate_alfworld_game,
+    scenes,
+)
 from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
 from ap_gym.envs.engine_process import EngineProcess
-from ap_gym.errors import EnvInfrastructureError
+from ap_gym.envs.isolated import prepare
+from ap_gym.errors import APGymError, EnvInfrastructureError
+from ap_gym.text import Grammar
 
 __all__ = ["HELDOUT_COUNTS", "TRAIN_COUNTS", "ALFWorldEnv", "alfworld_suite"]
 
@@ -113,17 +122,26 @@ class ALFWorldEnv(TextEnv):
     """
 
     benchmark = "alfworld"
+    grammar = Grammar.of({"go", "take", "put", "move", "open", "close", "toggle", "heat", "cool", "clean", "slice",
+                          "use", "look", "inventory", "examine"}, numbered_objects=True)
 
     def __init__(self, *, split: str = "train", data: str | Path | None = None, split_seed: int = SPLIT_SEED,
-                 admissible_commands: bool = True, render_mode: str | None = None,
-                 engine_timeout_s: float = 120.0, recycle_every: int = 50) -> None:
+                 games: Literal["auto", "official", "generated"] = "auto", admissible_commands: bool = True,
+                 render_mode: str | None = None, engine_timeout_s: float = 120.0, recycle_every: int = 50) -> None:
         super().__init__(split=split, admissible_commands=admissible_commands, render_mode=render_mode)
         if recycle_every < 0 or engine_timeout_s <= 0:
             raise ValueError("recycle_every must be >= 0 and engine_timeout_s > 0")
+        if games not in ("auto", "official", "generated"):
+            raise ValueError(f"games must be 'auto', 'official' or 'generated', not {games!r}")
         self._engine = EngineProcess(_Engine, name="ALFWorld", timeout_s=engine_timeout_s,
                                      recycle_every=recycle_every)
         data = data or os.environ.get("ALFWORLD_DATA")
-        self._official = _official(Path(data), split_seed) if data else None
+        self._official = _official(Path(data), split_seed) if data and games != "generated" else None
+        if games == "official" and self._official is None:
+            raise APGymError(
+                f"ALFWorld's official games were asked for (games: official) but {data or '$ALFWORLD_DATA (unset)'} "
+                "holds no json_2.1.1/train and valid_unseen: download them (alfworld-download) and set "
+                "ALFWORLD_DATA, or choose the generated games explicitly (env_options: {alfworld: {games: generated}})")
         if self._official is not None:
             self._ids = {s: list(self._official[s]) for s in SPLITS}
             self._specs: dict[str, AlfGameSpec] = {}
@@ -149,6 +167,21 @@ class ALFWorldEnv(TextEnv):
         if self._official is not None:
             return next(self._official[s][task_id] for s in SPLITS if task_id in self._official[s])
         return ensure_alfworld_game(self._specs[task_id])
+
+    def walkthrough(self, task_id: str) -> list[str]:
+        """The expert plan: a generated game's checked plan, or the planner's (which loads the
+        game in the engine and so ends the episode in progress)."""
+        walkthrough_file = self.game_path(task_id).parent / "walkthrough.json"
+        if walkthrough_file.exists():
+            return list(json.loads(walkthrough_file.read_text()))
+        _, info = self.reset(options={"task_id": task_id, "walkthrough": True})
+        self._abandon()
+        return list(info["walkthrough"])
+
+    def prepare_suite(self, workers: int = 1, progress: Callable[[int, int], None] | None = None) -> int:
+        """Generate (and plan-check) every game of the generated suite; official games need nothing."""
+        missing = [g for g in self._specs.values() if not game_cached(g)]
+        return prepare(generate_alfworld_game, missing, workers, "ALFWorld game generation", progress)
 
     def _start(self, task_id: str, options: Mapping[str, Any]) -> StartResult:
         path = self.game_path(task_id)

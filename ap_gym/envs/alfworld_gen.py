@@ -30,7 +30,7 @@ from typing import Any
 from ap_gym.envs.isolated import isolated
 from ap_gym.paths import cache_dir, publish_dir
 
-__all__ = ["TASK_TYPES", "AlfGameSpec", "ensure_alfworld_game", "generate_alfworld_game", "scenes"]
+__all__ = ["TASK_TYPES", "AlfGameSpec", "ensure_alfworld_game", "game_cached", "generate_alfworld_game", "scenes"]
 
 TASK_TYPES = (
     "pick_and_place_simple",
@@ -116,8 +116,35 @@ def build_game(spec: AlfGameSpec) -> dict[str, Any] | None:
 
     rng = random.Random(f"{spec.task_type}|{spec.scene}|{spec.seed}")
     scene = scenes()[spec.scene]
-    recs = scene["receptacles"]
-    rtypes = {t for t, _ in recs}
+    target = _target(spec, rng, constants, scene)
+    if target is None:
+        return None
+    obj, parent, toggle = target
+    world = _world(spec, rng, constants, scene, obj, parent, toggle)
+    if world is None:
+        return None
+    objects, init = world
+    goal = glib.gdict[spec.task_type]["pddl"].format(obj=obj, recep=parent, toggle=toggle, mrecep="")
+    goal = goal.replace("#", "-")
+    problem = (f"(define (problem {_mangle(spec.task_id.replace('/', '_'))})\n(:domain alfred)\n(:objects\n"
+               + "\n".join(objects) + "\n)\n(:init\n" + "\n".join(init) + "\n)\n" + goal)
+    traj = {"task_type": spec.task_type, "scene": f"FloorPlan{spec.scene}", "generated_by": "ap-gym",
+            "pddl_params": {"object_target": obj, "parent_target": parent if spec.task_type != "look_at_obj_in_light" else "",
+                            "toggle_target": toggle, "mrecep_target": "", "object_sliced": False}}
+    state = random.getstate()  # alfworld's templater draws from the global generator
+    random.seed(f"{spec.task_id}|template")
+    try:
+        task_grammar = add_task_to_grammar(grammar, traj)
+    finally:
+        random.setstate(state)
+    return {"game": {"pddl_domain": domain, "grammar": task_grammar, "pddl_problem": problem, "solvable": True},
+            "traj_data": traj}
+
+
+def _target(spec: AlfGameSpec, rng: random.Random, constants: Any, scene: dict[str, Any]
+            ) -> tuple[str, str, str] | None:
+    """The task's object, the receptacle type to put it in, and the lamp (look tasks)."""
+    rtypes = {t for t, _ in scene["receptacles"]}
     holds = constants.VAL_RECEPTACLE_OBJECTS
     need = _NEEDS.get(spec.task_type)
     if need and need not in rtypes:
@@ -135,14 +162,21 @@ def build_game(spec: AlfGameSpec) -> dict[str, Any] | None:
         return None
     obj, parent = rng.choice(sorted(choices))
     toggle = rng.choice(lamps) if spec.task_type == "look_at_obj_in_light" else ""
+    return obj, parent, toggle
 
+
+def _world(spec: AlfGameSpec, rng: random.Random, constants: Any, scene: dict[str, Any], obj: str, parent: str,
+           toggle: str) -> tuple[list[str], list[str]] | None:
+    """The PDDL problem's objects and initial facts: the scene's receptacles, the target
+    (twice for pick-two), the lamp and distractors placed where they can be."""
+    holds = constants.VAL_RECEPTACLE_OBJECTS
     rtype_names = sorted(set(constants.RECEPTACLES) - constants.MOVABLE_RECEPTACLES_SET)
     otype_names = sorted(constants.OBJECTS_SET - set(rtype_names))
     objects = ["agent1 - agent"] + [f"{t}Type - otype" for t in otype_names] + [f"{t}Type - rtype" for t in rtype_names]
     init = ["(= (totalCost) 0)"]
     locations = ["loc_bar_start"]
     rec_ids = []
-    for rtype, rid in recs:
+    for rtype, rid in scene["receptacles"]:
         name, loc = _mangle(rid), f"loc_bar_{len(locations)}"
         locations.append(loc)
         rec_ids.append((rtype, name, loc))
@@ -156,53 +190,47 @@ def build_game(spec: AlfGameSpec) -> dict[str, Any] | None:
         for ot in sorted(holds.get(rt, set())):
             if ot in otype_names:
                 init.append(f"(canContain {rt}Type {ot}Type)")
-    # objects: the target (twice for pick-two), the lamp, and distractors of other types
     n_target = 2 if spec.task_type == "pick_two_obj_and_place" else rng.randint(1, 2)
     placed = [obj] * n_target + ([toggle] if toggle else [])
     others = [o for o in scene["objects"] if o not in (obj, toggle, "DeskLamp", "FloorLamp")]
     placed += rng.sample(others, min(len(others), rng.randint(4, 8)))
     for otype in placed:
-        spots = [(rt, n, loc) for rt, n, loc in rec_ids if otype in holds.get(rt, set()) and rt in rtype_names
-                 and not (otype == obj and rt == parent)]  # the goal is not already met
-        if otype in ("DeskLamp", "FloorLamp"):
-            spots = [(rt, n, loc) for rt, n, loc in rec_ids if rt in ("Desk", "SideTable", "Dresser", "Shelf", "Nightstand", "CounterTop", "DiningTable", "CoffeeTable", "TVStand", "Sofa", "ArmChair")] or spots
-        if not spots:
+        facts = _place(otype, obj, parent, rng, constants, rec_ids, rtype_names)
+        if facts is None:
             if otype == obj:
                 return None
             continue
-        rt, rname, loc = rng.choice(spots)
-        oname = _mangle(_object_id(otype, rng))
-        objects.append(f"{oname} - object")
-        init += [f"(objectType {oname} {otype}Type)", f"(inReceptacle {oname} {rname})",
-                 f"(objectAtLocation {oname} {loc})"]
-        if otype in ("DeskLamp", "FloorLamp"):
-            init.append(f"(toggleable {oname})")
-        else:
-            init.append(f"(pickupable {oname})")
-        for prop, key in (("cleanable", "Cleanable"), ("heatable", "Heatable"), ("coolable", "Coolable")):
-            if otype in constants.VAL_ACTION_OBJECTS[key]:
-                init.append(f"({prop} {oname})")
-        if otype in constants.MOVABLE_RECEPTACLES_SET:
-            init.append(f"(isReceptacleObject {oname})")
-    for a in locations:
-        for b in locations:
-            if a != b:
-                init.append(f"(= (distance {a} {b}) 1)")
-    goal = glib.gdict[spec.task_type]["pddl"].format(obj=obj, recep=parent, toggle=toggle, mrecep="")
-    goal = goal.replace("#", "-")
-    problem = (f"(define (problem {_mangle(spec.task_id.replace('/', '_'))})\n(:domain alfred)\n(:objects\n"
-               + "\n".join(objects) + "\n)\n(:init\n" + "\n".join(init) + "\n)\n" + goal)
-    traj = {"task_type": spec.task_type, "scene": f"FloorPlan{spec.scene}", "generated_by": "ap-gym",
-            "pddl_params": {"object_target": obj, "parent_target": parent if spec.task_type != "look_at_obj_in_light" else "",
-                            "toggle_target": toggle, "mrecep_target": "", "object_sliced": False}}
-    state = random.getstate()  # alfworld's templater draws from the global generator
-    random.seed(f"{spec.task_id}|template")
-    try:
-        task_grammar = add_task_to_grammar(grammar, traj)
-    finally:
-        random.setstate(state)
-    return {"game": {"pddl_domain": domain, "grammar": task_grammar, "pddl_problem": problem, "solvable": True},
-            "traj_data": traj}
+        objects.append(facts[0])
+        init += facts[1:]
+    init += [f"(= (distance {a} {b}) 1)" for a in locations for b in locations if a != b]
+    return objects, init
+
+
+_LAMP_STANDS = ("Desk", "SideTable", "Dresser", "Shelf", "Nightstand", "CounterTop", "DiningTable", "CoffeeTable",
+                "TVStand", "Sofa", "ArmChair")
+
+
+def _place(otype: str, obj: str, parent: str, rng: random.Random, constants: Any,
+           rec_ids: list[tuple[str, str, str]], rtype_names: list[str]) -> list[str] | None:
+    """One object placed in a receptacle that can hold it: its declaration, then its facts."""
+    holds = constants.VAL_RECEPTACLE_OBJECTS
+    spots = [(rt, n, loc) for rt, n, loc in rec_ids if otype in holds.get(rt, set()) and rt in rtype_names
+             and not (otype == obj and rt == parent)]  # the goal is not already met
+    lamp = otype in ("DeskLamp", "FloorLamp")
+    if lamp:
+        spots = [(rt, n, loc) for rt, n, loc in rec_ids if rt in _LAMP_STANDS] or spots
+    if not spots:
+        return None
+    _, rname, loc = rng.choice(spots)
+    oname = _mangle(_object_id(otype, rng))
+    facts = [f"{oname} - object", f"(objectType {oname} {otype}Type)", f"(inReceptacle {oname} {rname})",
+             f"(objectAtLocation {oname} {loc})", f"(toggleable {oname})" if lamp else f"(pickupable {oname})"]
+    for prop, key in (("cleanable", "Cleanable"), ("heatable", "Heatable"), ("coolable", "Coolable")):
+        if otype in constants.VAL_ACTION_OBJECTS[key]:
+            facts.append(f"({prop} {oname})")
+    if otype in constants.MOVABLE_RECEPTACLES_SET:
+        facts.append(f"(isReceptacleObject {oname})")
+    return facts
 
 
 def _check(game_file: Path) -> list[str] | None:
@@ -235,6 +263,11 @@ def _complete(final: Path) -> bool:
 def _cached(spec: AlfGameSpec) -> tuple[Path, bool]:
     final = cache_dir("alfworld", f"games-v{GENERATOR_VERSION}") / spec.task_id.replace("/", "__")
     return final / "game.tw-pddl", _complete(final)
+
+
+def game_cached(spec: AlfGameSpec) -> bool:
+    """Whether the cache holds ``spec``'s checked game."""
+    return _cached(spec)[1]
 
 
 def ensure_alfworld_game(spec: AlfGameSpec, attempts: int = 20) -> Path:

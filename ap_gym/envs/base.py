@@ -18,10 +18,9 @@ specific to its engine:
 
 from __future__ import annotations
 
-import re
 import string
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -29,32 +28,24 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from ap_gym.errors import EnvInfrastructureError, UnknownTaskError
+from ap_gym.text import Grammar
 
 __all__ = [
-    "FAILED_FEEDBACK",
+    "ABILITIES",
     "MAX_TEXT_LENGTH",
     "PRINTABLE",
     "SPLITS",
     "StartResult",
     "StepResult",
     "TextEnv",
-    "failed_action",
     "sanitize_text",
     "text_space",
 ]
 
-#: Feedback that says an action did nothing, in the benchmarks' own words. Records keep
-#: these observations when compressed (corrective synthesis needs them most), and the
-#: audit reads a command that always drew them as one that failed.
-FAILED_FEEDBACK = re.compile(
-    r"nothing happens|you can't|you cannot|can't see|don't see|not a verb|didn't understand|don't understand"
-    r"|no known action|not clear how|invalid action|unknown action|not possible|isn't possible|ambiguous request"
-    r"|you need to|that's not|isn't open|not open|no such|not available", re.I)
-
-
-def failed_action(observation: str) -> bool:
-    """Whether an observation is the feedback of an action that did nothing."""
-    return bool(FAILED_FEEDBACK.search(observation[:300]))
+#: What an env can declare it can do, beyond the contract: ``walkthrough`` (a winning
+#: command sequence per task, :meth:`TextEnv.walkthrough`) and ``grammar`` (its command
+#: grammar, :attr:`TextEnv.grammar`, which the audit checks abstractions against).
+ABILITIES = ("walkthrough", "grammar")
 
 
 #: Every printable ASCII character including whitespace. Gymnasium's default Text
@@ -147,6 +138,10 @@ class TextEnv(gym.Env[str, str]):
     #: What stands in for the published benchmark, when something does (a replica, a
     #: generated suite); every report table of its results says so. ``None``: the real one.
     stand_in: str | None = None
+    #: The benchmark's commands: their verbs and shape. The audit flags an abstraction that
+    #: recommends a command outside it; ``None`` (the default): no grammar check, and the
+    #: report says so for this benchmark.
+    grammar: ClassVar[Grammar | None] = None
 
     def __init__(
         self,
@@ -183,6 +178,34 @@ class TextEnv(gym.Env[str, str]):
     def _advance(self, action: str) -> StepResult:
         raise NotImplementedError
 
+    # ------------------------------------------------------------- abilities
+    def walkthrough(self, task_id: str) -> list[str]:
+        """A command sequence that wins ``task_id`` (an env that can give one overrides this).
+
+        ``reset(options={"walkthrough": True})`` puts it in ``info["walkthrough"]``, which is
+        how the walkthrough policy reads it. An engine that can only say so while a task is
+        loaded may end the episode in progress to answer.
+        """
+        raise NotImplementedError(f"{self.benchmark} gives no walkthrough: a policy that needs one (walkthrough) "
+                                  "cannot play it")
+
+    @classmethod
+    def abilities(cls) -> frozenset[str]:
+        """What this env can do beyond the contract (see :data:`ABILITIES`)."""
+        out = set()
+        if cls.walkthrough is not TextEnv.walkthrough:
+            out.add("walkthrough")
+        if cls.grammar is not None:
+            out.add("grammar")
+        return frozenset(out)
+
+    def prepare_suite(self, workers: int = 1, progress: Callable[[int, int], None] | None = None) -> int:
+        """Make everything the suite's tasks need ahead of time (generated games, task
+        lists), ``workers`` at a time, so that the first episodes do not pay for it;
+        ``progress(done, total)`` is called as items finish. Returns how many items were
+        made (0 when the cache already held them). The default has nothing to prepare."""
+        return 0
+
     # ---------------------------------------------------------------- public
     def task_ids(self, split: str | None = None) -> list[str]:
         """The deterministic, ordered task ids of ``split`` (default: the env's split)."""
@@ -207,6 +230,9 @@ class TextEnv(gym.Env[str, str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError(f"{self.benchmark}: reset options are a dict such as {{'task_id': ...}}, not "
+                            f"{type(options).__name__} {options!r}")
         options = dict(options or {})
         split = options.get("split", self.split)
         task_id = options.get("task_id")
@@ -242,6 +268,8 @@ class TextEnv(gym.Env[str, str]):
         }
         if start.admissible_commands is not None:
             self._info["admissible_commands"] = [sanitize_text(a) for a in start.admissible_commands]
+        if options.get("walkthrough") and "walkthrough" not in self._info:
+            self._info["walkthrough"] = list(self.walkthrough(task_id))
         if self.render_mode == "human":
             self.render()
         return self._last_obs, dict(self._info)

@@ -15,13 +15,13 @@ against the first call it made a tight ``timeout_s`` fail the first game of ever
 
 The child is a plain object built by ``factory()`` (a picklable, module-level callable);
 :meth:`EngineProcess.call` runs one of its methods by name. Arguments and results must
-pickle; keep them to strings, lists and dicts.
+pickle; keep them to strings, lists and dicts. The child is a fresh interpreter
+(:class:`~ap_gym.processes.Child`): it never runs the caller's ``__main__``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
 import signal
 import traceback
@@ -30,37 +30,16 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ap_gym.errors import EnvInfrastructureError
+from ap_gym.processes import Child, die_with_parent
 
 __all__ = ["EngineProcess", "die_with_parent"]
 
 _FOLLOWED = ("AP_GYM_CACHE", "XDG_CACHE_HOME", "HOME", "ALFWORLD_DATA")
 
 
-def die_with_parent() -> None:
-    """Ask Linux to kill this process when its parent dies (no orphans after a SIGKILL).
-
-    The signal only covers a death after the request: a parent killed while this child was
-    still starting (spawn's imports and unpickling take seconds on a loaded machine) left
-    an orphan that went on loading its model (a CI failure). Hence the check that the
-    process that started this one (multiprocessing knows its pid) is still the parent once
-    the request is in place.
-    """
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    parent = mp.parent_process()
-    if parent is not None and os.getppid() != parent.pid:  # orphaned before the request took effect
-        os._exit(1)
-
-
-def _serve(conn: Connection, factory: Callable[[], Any], env: dict[str, str | None]) -> None:
+def _serve(conn: Connection, factory: Callable[[], Any]) -> None:
     """The child: build the engine, then answer ``(method, args)`` until ``None`` or EOF."""
-    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    for key, value in env.items():
-        if value is not None:
-            os.environ[key] = value
     try:
         engine = factory()
     except Exception as e:  # said to the parent, which raises it with the engine's name
@@ -103,7 +82,7 @@ class EngineProcess:
         self.timeout_s = timeout_s
         self.start_timeout_s = start_timeout_s
         self.recycle_every = recycle_every
-        self._process: mp.process.BaseProcess | None = None
+        self._process: Child | None = None
         self._conn: Connection | None = None
         self._games = 0
         self.started = 0  # children started so far (recycling shows up here)
@@ -144,13 +123,9 @@ class EngineProcess:
         if self._process is not None and self._process.is_alive() and self._conn is not None:
             return self._conn
         self.close(kill=True)
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        env = {key: os.environ.get(key) for key in _FOLLOWED}
-        process = ctx.Process(target=_serve, args=(child, self.factory, env), daemon=True,
-                              name=f"ap-gym {self.name} engine")
-        process.start()
-        child.close()
+        process = Child(_serve, self.factory, name=f"ap-gym {self.name} engine",
+                        env={key: os.environ.get(key) for key in _FOLLOWED})
+        parent = process.conn
         self._process, self._conn, self._games = process, parent, 0
         self.started += 1
         status, value = self._exchange(

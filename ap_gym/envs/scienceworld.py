@@ -37,13 +37,14 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
 from ap_gym.envs.base import StartResult, StepResult, TextEnv
 from ap_gym.errors import EnvInfrastructureError
 from ap_gym.paths import atomic_write_json, cache_dir
+from ap_gym.text import Grammar
 
 __all__ = ["ScienceWorldEnv", "official_variations", "scienceworld_split"]
 
@@ -175,6 +176,9 @@ class ScienceWorldEnv(TextEnv):
     """
 
     benchmark = "scienceworld"
+    grammar = Grammar.of({"open", "close", "activate", "deactivate", "connect", "disconnect", "use", "look", "read",
+                          "move", "pick", "put", "pour", "dunk", "mix", "go", "teleport", "eat", "flush", "focus",
+                          "wait", "wait1", "inventory", "examine", "task", "plant", "water"})
 
     def __init__(
         self,
@@ -257,6 +261,23 @@ class ScienceWorldEnv(TextEnv):
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self._kill_engine()
+
+    # ----------------------------------------------------------- abilities
+    def walkthrough(self, task_id: str) -> list[str]:
+        """ScienceWorld's gold action sequence (the engine loads the task with its gold path,
+        which ends the episode in progress)."""
+        _, info = self.reset(options={"task_id": task_id, "walkthrough": True})
+        self._abandon()
+        return list(info["walkthrough"])
+
+    def prepare_suite(self, workers: int = 1, progress: Callable[[int, int], None] | None = None) -> int:
+        """List ScienceWorld's official variations once (a JVM, ~30 s), which the split needs."""
+        path = cache_dir("scienceworld") / "variations-1.2.3.json"
+        fresh = not path.exists()
+        official_variations()
+        if progress is not None:
+            progress(1, 1)
+        return int(fresh)
 
     # -------------------------------------------------------------- hooks
     def _task_ids(self, split: str) -> list[str]:

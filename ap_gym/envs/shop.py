@@ -37,6 +37,7 @@ from functools import cache
 from typing import Any
 
 from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
+from ap_gym.text import Grammar
 
 __all__ = ["Goal", "Product", "ShopEnv", "catalog", "goals", "shop_reward"]
 
@@ -186,6 +187,7 @@ class ShopEnv(TextEnv):
 
     benchmark = "shop"
     stand_in = "Shop, ap-gym's self-contained stand-in for WebShop (not WebShop: its own catalogue and goals)"
+    grammar = Grammar.of({"search", "click"}, bracketed=True, ids=r"\bb0[a-z0-9]{8}\b")
 
     def __init__(self, *, split: str = "train", seed: int = SEED, admissible_commands: bool = True,
                  render_mode: str | None = None) -> None:
@@ -265,8 +267,6 @@ class ShopEnv(TextEnv):
         self._selected: dict[str, str] = {}
         text, clicks = self._render()
         extra: dict[str, Any] = {"has_search_bar": True}
-        if options.get("walkthrough"):
-            extra["walkthrough"] = self.oracle_actions(task_id)
         return StartResult(text, self._goal.instruction, 0.0, 100.0, self._clicks(clicks), extra)
 
     def _clicks(self, clicks: list[str]) -> list[str] | None:
@@ -324,6 +324,10 @@ class ShopEnv(TextEnv):
                           extra={"has_search_bar": self._page == "search"})
 
     _same = _now
+
+    def walkthrough(self, task_id: str) -> list[str]:
+        """The oracle's actions (:meth:`oracle_actions`)."""
+        return self.oracle_actions(task_id)
 
     def oracle_actions(self, task_id: str) -> list[str]:
         """Search the target's title, page to it, select the instruction's options, buy."""

@@ -34,15 +34,16 @@ import hashlib
 import json
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
-from ap_gym.envs.isolated import isolated
+from ap_gym.envs.isolated import isolated, prepare
 from ap_gym.errors import EnvInfrastructureError
 from ap_gym.paths import cache_dir, publish_dir
+from ap_gym.text import Grammar
 
 __all__ = ["GameSpec", "TextWorldEnv", "default_suite", "ensure_game", "generate_game", "goal_of"]
 
@@ -292,6 +293,9 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
 
     benchmark = "textworld"
     stand_in = "TextWorld: ap-gym's own benchmark, not one of the paper's (never in its tables)"
+    grammar = Grammar.of({"look", "inventory", "go", "take", "drop", "put", "insert", "open", "close", "unlock",
+                          "lock", "examine", "eat", "drink", "cook", "slice", "chop", "dice", "prepare", "read",
+                          "north", "south", "east", "west"})
 
     def __init__(
         self,
@@ -366,6 +370,21 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
             admissible_commands=self._admissible_from(state),
             extra=extra,
         )
+
+    def walkthrough(self, task_id: str) -> list[str]:
+        """The game's own walkthrough (TextWorld writes it into the game's metadata)."""
+        import textworld
+
+        path = self.game_path(task_id)
+        walkthrough = textworld.Game.load(str(path.with_suffix(".json"))).metadata.get("walkthrough")
+        if walkthrough is None:
+            raise ValueError(f"game {path} carries no walkthrough (its .json metadata lacks one)")
+        return list(walkthrough)
+
+    def prepare_suite(self, workers: int = 1, progress: Callable[[int, int], None] | None = None) -> int:
+        """Generate every game of the default suite into the cache (user games need nothing)."""
+        missing = [s for s in self._specs.values() if not _game_complete(_game_dir() / s.digest)]
+        return prepare(generate_game, missing, workers, "TextWorld game generation", progress)
 
     def _goal(self, task_id: str, path: Path) -> str | None:
         spec = self._specs.get(task_id)

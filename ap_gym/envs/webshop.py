@@ -30,6 +30,7 @@ from typing import Any
 
 from ap_gym.envs.base import StartResult, StepResult, TextEnv
 from ap_gym.errors import APGymError, EnvInfrastructureError
+from ap_gym.text import Grammar
 
 __all__ = ["WEBSHOP_TEST", "WEBSHOP_TRAIN_FROM", "WebShopEnv", "webshop_split"]
 
@@ -63,7 +64,10 @@ INSTALL = (
 
 
 class WebShopEnv(TextEnv):
+    """The official WebShop's text environment (see the module docstring)."""
+
     benchmark = "webshop"
+    grammar = Grammar.of({"search", "click"}, bracketed=True, ids=r"\bb0[a-z0-9]{8}\b")
 
     def __init__(self, *, split: str = "train", split_seed: int = 0, num_products: int | None = None,
                  admissible_commands: bool = True, render_mode: str | None = None) -> None:

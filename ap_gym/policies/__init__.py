@@ -3,8 +3,9 @@
 Every policy is registered by name with what it needs and supports
 (:mod:`ap_gym.policies.registry`); ``make_policy(name, backbone, **options)`` builds any
 of them (configs, CLI). A memory policy is composed of the acting agent
-(:mod:`~ap_gym.policies.react`), a memory (:mod:`~ap_gym.policies.memory`) and a design
-(:mod:`~ap_gym.policies.design`); each design's module registers its policy.
+(:mod:`~ap_gym.policies.react`), a memory (:mod:`ap_gym.memory`) and a design
+(:mod:`~ap_gym.policies.design`); each design is one dataclass registered with
+:func:`register_design`, which makes it a policy.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from ap_gym.policies.autorefine import AutoRefine, AutoRefineDesign
 from ap_gym.policies.bandit import MODES, BanditConfig, ModeBandit
 from ap_gym.policies.base import BasePolicy
 from ap_gym.policies.design import Composite, Design, TaskContext
-from ap_gym.policies.joint import JointMemory
-from ap_gym.policies.memory import Memory, MemoryConfig
-from ap_gym.policies.memory_policy import MemoryPolicy
+from ap_gym.policies.joint import JointDesign, JointMemory
+from ap_gym.policies.memory_policy import MemoryConfig, MemoryPolicy, register_design
 from ap_gym.policies.react import AgentConfig, NoMemory, ReActAgent
 from ap_gym.policies.reflexion import Reflexion, ReflexionDesign
 from ap_gym.policies.registry import (
+    OptionError,
     PolicyInfo,
     get_policy,
     make_policy,
@@ -49,12 +50,13 @@ __all__ = [
     "BasePolicy",
     "Composite",
     "Design",
+    "JointDesign",
     "JointMemory",
-    "Memory",
     "MemoryConfig",
     "MemoryPolicy",
     "ModeBandit",
     "NoMemory",
+    "OptionError",
     "PolicyInfo",
     "RandomPolicy",
     "ReActAgent",
@@ -67,6 +69,7 @@ __all__ = [
     "get_policy",
     "make_policy",
     "policy_names",
+    "register_design",
     "register_policy",
     "spec_of",
 ]

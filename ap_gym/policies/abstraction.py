@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from ap_gym.memory import Memory
 from ap_gym.policies.design import Block, TaskContext
-from ap_gym.policies.memory import Memory, format_record
-from ap_gym.policies.memory_policy import MEMORY_NEEDS, MEMORY_SUPPORTS, MemoryPolicy
-from ap_gym.policies.registry import register_policy
+from ap_gym.policies.memory_policy import register_design
+from ap_gym.policies.records import format_record
 from ap_gym.types import Episode
 
 __all__ = ["AbstractionDesign", "AbstractionMemory", "show_abstractions"]
@@ -36,9 +35,10 @@ def show_abstractions(task: TaskContext, k: int, allowed: Sequence[int] | None, 
     return [(header, sep.join(t for _, t in shown))] if shown else []
 
 
+@register_design("abstraction", policy="AbstractionMemory")
 @dataclass(frozen=True)
 class AbstractionDesign:
-    """Show the nearest stored rules; after each training episode, synthesise one from it.
+    """Abstraction memory: a synthesised rule per training episode, the nearest ones shown.
 
     Attributes:
         kind: the kind stored abstractions get.
@@ -50,20 +50,15 @@ class AbstractionDesign:
 
     def guidance(self, task: TaskContext) -> list[Block]:
         allowed = self.allowed(task.memory) if self.allowed is not None else None
-        return show_abstractions(task, task.memory.config.budget, allowed, HEADER)
+        return show_abstractions(task, task.config.budget, allowed, HEADER)
 
     def learn(self, task: TaskContext, episode: Episode, record_id: int) -> None:
         memory = task.memory
         if task.in_prompt:
             memory.abstractions.record_use(task.in_prompt, episode.success)
         record = memory.trajectories.get([record_id])[0]
-        text = task.synthesise("synth_abstraction", records=format_record(record, memory.config.record_tokens))
+        text = task.synthesise("synth_abstraction", records=format_record(record, task.config.record_tokens))
         task.keep_abstraction(text, episode, [record_id], task.vec, self.kind)
 
 
-@register_policy("abstraction", needs=MEMORY_NEEDS, supports=MEMORY_SUPPORTS)
-class AbstractionMemory(MemoryPolicy):
-    """Abstraction memory: a synthesised rule per training episode, the nearest ones shown."""
-
-    def __init__(self, backbone: Any, embedder: Any = None, **kwargs: Any) -> None:
-        super().__init__(backbone, embedder, design=AbstractionDesign(), **kwargs)
+AbstractionMemory = AbstractionDesign.policy  # type: ignore[attr-defined]

@@ -38,15 +38,13 @@ guidance text and the synthesis calls it cost.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
 from ap_gym.policies.abstraction import show_abstractions
 from ap_gym.policies.bandit import MODES, BanditConfig, Choice, ModeBandit, mode_reward
 from ap_gym.policies.design import Block, TaskContext
-from ap_gym.policies.memory_policy import MEMORY_NEEDS, MEMORY_SUPPORTS, MemoryPolicy
-from ap_gym.policies.registry import register_policy
+from ap_gym.policies.memory_policy import register_design
 from ap_gym.types import Episode
 
 __all__ = ["MODE_HEADERS", "AntiPersistence", "AntiPersistenceDesign", "AntiPersistencePolicy"]
@@ -60,27 +58,30 @@ MODE_HEADERS = {
 PERSISTED_HEADER = "Stored guidance from earlier tasks"
 
 
+@register_design("anti_persistence", policy="AntiPersistencePolicy")
 @dataclass(frozen=True)
 class AntiPersistenceDesign:
-    """See the module docstring.
+    """Anti-Persistence: records kept, guidance synthesised per task in a bandit-chosen mode, then discarded.
 
     Attributes:
-        bandit: the mode bandit (the spec's defaults).
+        bandit: the mode bandit's parameters (the spec's defaults).
         fixed_mode: always use this mode (ablation).
         random_mode: choose the mode uniformly at random (ablation).
         persist_guidance: store synthesised guidance instead of discarding it (ablation).
     """
 
-    bandit: ModeBandit = field(default_factory=ModeBandit)
-    fixed_mode: str | None = None
+    bandit: BanditConfig = field(default_factory=BanditConfig)
+    fixed_mode: Literal["none", "imitation", "strategic", "corrective"] | None = None
     random_mode: bool = False
     persist_guidance: bool = False
+    selector: ModeBandit = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.fixed_mode is not None and self.fixed_mode not in MODES:
             raise ValueError(f"fixed_mode must be one of {MODES}")
         if self.fixed_mode is not None and self.random_mode:
             raise ValueError("choose fixed_mode or random_mode, not both")
+        object.__setattr__(self, "selector", ModeBandit(BanditConfig.coerce(self.bandit)))
 
     def choose_mode(self, task: TaskContext) -> Choice:
         rng = task.memory.task_rng(task.task_id)
@@ -88,13 +89,15 @@ class AntiPersistenceDesign:
             return Choice(self.fixed_mode, "fixed")
         if self.random_mode:
             return Choice(rng.choice(MODES), "random")
-        return self.bandit.select(task.vec, task.memory.outcomes, rng)
+        return self.selector.select(task.vec, task.memory.outcomes, rng)
 
     def guidance(self, task: TaskContext) -> list[Block]:
         memory, vec = task.memory, task.vec
         memory_empty = len(memory.trajectories) == 0
         choice = self.choose_mode(task)
-        mode, budget = choice.mode, memory.config.budget
+        mode, budget = choice.mode, task.config.budget
+        task.decisions.update(mode=mode, mode_reason=choice.reason, utilities=choice.utilities,
+                              mean_similarity=choice.mean_similarity)
         if mode == "none":
             hits = memory.retrieve_records(vec, budget)
         elif mode in ("imitation", "strategic"):
@@ -106,24 +109,20 @@ class AntiPersistenceDesign:
         records = [r for r, _ in hits]
         text, calls, skipped = "", 0, False
         if mode == "none":
-            text = memory.records_text(records)
+            text = task.records_text(records)
         elif (mode == "corrective" and not any(not r.success for r in records)) or not records:
             skipped = True  # the mode's records are missing: no call, cost 0, no fallback
         elif mode == "corrective":
             has_success = any(r.success for r in records)
             text = task.synthesise(
-                "synth_corrective", instruction=task.instruction, records=memory.records_text(records),
+                "synth_corrective", instruction=task.instruction, records=task.records_text(records),
                 contrast_note=", and one successful attempt for contrast" if has_success else "")
             calls = 1
         else:
-            text = task.synthesise(f"synth_{mode}", instruction=task.instruction, records=memory.records_text(records))
+            text = task.synthesise(f"synth_{mode}", instruction=task.instruction, records=task.records_text(records))
             calls = 1
-        task.decisions.update(
-            mode=mode, mode_reason=choice.reason, utilities=choice.utilities,
-            mean_similarity=choice.mean_similarity, retrieved_records=[r.id for r in records],
-            similarities=[round(s, 4) for _, s in hits], synthesis_calls=calls, synthesis_skipped=skipped,
-            memory_empty=memory_empty, mode_guidance=text or None,
-        )
+        task.decisions.update(synthesis_calls=calls, synthesis_skipped=skipped, memory_empty=memory_empty,
+                              mode_guidance=text or None)
         task.state.update(mode=mode, calls=calls, memory_empty=memory_empty, sources=[r.id for r in records],
                           text=text if calls else "")
         blocks: list[Block] = []
@@ -140,7 +139,7 @@ class AntiPersistenceDesign:
         if not state["memory_empty"]:
             task.memory.outcomes.append(
                 embedding=task.vec, mode=state["mode"],
-                reward=mode_reward(episode.success, state["calls"], self.bandit.config.lam),
+                reward=mode_reward(episode.success, state["calls"], self.selector.config.lam),
                 family=episode.task_family, instruction=episode.instruction, success=episode.success,
                 synthesis_calls=state["calls"], trajectory_id=record_id)
         if self.persist_guidance and state["text"]:
@@ -148,30 +147,7 @@ class AntiPersistenceDesign:
         # Otherwise the guidance is simply dropped: nothing of it outlives the episode.
 
 
-@register_policy("anti_persistence", needs=MEMORY_NEEDS, supports=MEMORY_SUPPORTS)
-class AntiPersistencePolicy(MemoryPolicy):
-    """Anti-Persistence: records kept, guidance synthesised per task in a bandit-chosen mode, then discarded.
-
-    Args:
-        backbone: the LLM for acting and synthesis (a transformers model in-process, or a server).
-        embedder: task embeddings.
-        bandit: the bandit's parameters (spec defaults), or their options as a mapping.
-        fixed_mode: always use this mode (ablation).
-        random_mode: choose the mode uniformly at random (ablation).
-        persist_guidance: store synthesised guidance instead of discarding it (ablation).
-        **kwargs: :class:`~ap_gym.policies.memory_policy.MemoryPolicy` arguments.
-    """
-
-    def __init__(self, backbone: Any, embedder: Any = None, *, bandit: BanditConfig | Mapping[str, Any] | None = None,
-                 fixed_mode: str | None = None, random_mode: bool = False, persist_guidance: bool = False,
-                 **kwargs: Any) -> None:
-        design = AntiPersistenceDesign(ModeBandit(BanditConfig.coerce(bandit)), fixed_mode, random_mode, persist_guidance)
-        super().__init__(backbone, embedder, design=design, **kwargs)
-
-    @property
-    def bandit(self) -> ModeBandit:
-        return self.design.bandit  # type: ignore[attr-defined, no-any-return]
-
-
-#: The name the paper's code and the design card use.
+#: The policy: the acting agent around a backbone, the memory (records and the bandit's
+#: outcome log) and this design. ``AntiPersistence`` is the name the paper's code uses.
+AntiPersistencePolicy = AntiPersistenceDesign.policy  # type: ignore[attr-defined]
 AntiPersistence = AntiPersistencePolicy

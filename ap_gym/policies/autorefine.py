@@ -19,22 +19,23 @@ On top of abstraction memory's design:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
+from ap_gym.memory import Memory
 from ap_gym.policies.abstraction import AbstractionDesign
 from ap_gym.policies.design import Block, TaskContext
-from ap_gym.policies.memory import Memory
-from ap_gym.policies.memory_policy import MEMORY_NEEDS, MEMORY_SUPPORTS, MemoryPolicy
-from ap_gym.policies.registry import register_policy
+from ap_gym.policies.memory_policy import register_design
 from ap_gym.types import Episode
 
 __all__ = ["AutoRefine", "AutoRefineDesign"]
 
 
+@register_design("autorefine", policy="AutoRefine")
 @dataclass(frozen=True)
 class AutoRefineDesign:
+    """AutoRefine: abstraction memory with scoring, filtering, skill evolution and pruning."""
+
     min_uses: int = 3
     filter_below: float = 0.3
     prune_below: float = 0.25
@@ -69,8 +70,8 @@ class AutoRefineDesign:
         wins = [i for i, s in outcomes if s][:2]
         losses = [i for i, s in outcomes if not s][:2]
         text = task.synthesise("synth_contrastive", "maintenance",
-                               successes=task.memory.records_text(trajectories.get(wins)),
-                               failures=task.memory.records_text(trajectories.get(losses)))
+                               successes=task.records_text(trajectories.get(wins)),
+                               failures=task.records_text(trajectories.get(losses)))
         sources = wins + losses
         centre = trajectories.embeddings(sources).mean(axis=0)  # retrieved for tasks like its sources
         task.keep_abstraction(text, episode, sources, centre / max(float(np.linalg.norm(centre)), 1e-9), "skill")
@@ -87,12 +88,4 @@ class AutoRefineDesign:
             memory.abstractions.deactivate([i for _, i in rest[:over]], "over capacity")
 
 
-@register_policy("autorefine", needs=MEMORY_NEEDS, supports=MEMORY_SUPPORTS)
-class AutoRefine(MemoryPolicy):
-    """AutoRefine: abstraction memory with scoring, filtering, skill evolution and pruning."""
-
-    def __init__(self, backbone: Any, embedder: Any = None, *, min_uses: int = 3, filter_below: float = 0.3,
-                 prune_below: float = 0.25, capacity: int = 100, evolve_every: int = 10, prune_every: int = 25,
-                 **kwargs: Any) -> None:
-        design = AutoRefineDesign(min_uses, filter_below, prune_below, capacity, evolve_every, prune_every)
-        super().__init__(backbone, embedder, design=design, **kwargs)
+AutoRefine = AutoRefineDesign.policy  # type: ignore[attr-defined]

@@ -30,37 +30,30 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
+from pydantic import Field
 
-from ap_gym.memory.store import LogEntry
+from ap_gym.memory.outcomes import LogEntry
+from ap_gym.options import Options
 
 __all__ = ["MODES", "BanditConfig", "Choice", "EntryList", "LogView", "ModeBandit", "mode_reward", "sums_from_arrays"]
 
 MODES = ("none", "imitation", "strategic", "corrective")
 
 
-@dataclass(frozen=True)
-class BanditConfig:
-    neighbours: int = 10
-    gamma: float = 0.998
-    lam: float = 0.05
-    c: float = 0.5
-    epsilon: float = 0.1
+class BanditConfig(Options):
+    """The bandit's parameters, the spec's defaults (see the module docstring)."""
+
+    neighbours: int = Field(default=10, ge=1)
+    gamma: float = Field(default=0.998, gt=0.0, le=1.0)
+    lam: float = Field(default=0.05, ge=0.0)
+    c: float = Field(default=0.5, ge=0.0)
+    epsilon: float = Field(default=0.1, ge=0.0, le=1.0)
     rho: float = 0.7
-
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self)
-
-    @classmethod
-    def coerce(cls, value: BanditConfig | Mapping[str, Any] | None) -> BanditConfig:
-        """A BanditConfig from itself, a plain mapping (YAML) or ``None`` (the defaults)."""
-        if value is None:
-            return cls()
-        return value if isinstance(value, cls) else cls(**dict(value))
 
 
 @dataclass(frozen=True)
@@ -90,7 +83,7 @@ def sums_from_arrays(codes: np.ndarray, rewards: np.ndarray, names: Sequence[str
 
 
 class LogView(Protocol):
-    """What the bandit reads from an outcome log (an :class:`~ap_gym.memory.store.OutcomeLog`
+    """What the bandit reads from an outcome log (an :class:`~ap_gym.memory.OutcomeLog`
     answers it through its similarity index, so a million entries cost milliseconds)."""
 
     def __len__(self) -> int: ...

@@ -52,8 +52,9 @@ class BasePolicy:
         raise NotImplementedError
 
     def record_step(self, prompt: str | None = None, response: str | None = None, parse_failure: bool = False,
-                    reasoning: str | None = None) -> None:
-        self._steps.append(StepTrace(prompt, response, parse_failure, reasoning))
+                    reasoning: str | None = None, *, candidates: tuple[tuple[str, float], ...] | None = None,
+                    reduction: str | None = None) -> None:
+        self._steps.append(StepTrace(prompt, response, parse_failure, reasoning, candidates, reduction))
 
     def trace(self) -> PolicyTrace:
         return PolicyTrace(self.meter.snapshot(), tuple(self._steps), dict(self.decisions))

@@ -7,26 +7,35 @@ A :class:`Design` answers two questions and nothing else:
 * ``learn(task, episode, record_id)``: after a training episode whose record is stored,
   what else to write (abstractions, reflections, bandit feedback, maintenance).
 
-Both receive a :class:`TaskContext`: the memory, the task's embedding and info, the
-decision record that ends up in the Episode, the abstraction ids shown in the prompt,
-scratch state kept from ``guidance`` to ``learn``, and the calls that cost LLM calls
-(``synthesise``, ``keep_abstraction`` with its admission judge), counted under their
-purposes. Designs compose: :class:`Composite` shows its parts' blocks in order and lets
-each learn (joint memory is abstraction memory's design followed by trajectory memory's).
+Both receive a :class:`TaskContext`: the memory, the memory options, the task's embedding
+and info, the decision record that ends up in the Episode (retrieval writes its own keys
+there), the abstraction ids shown in the prompt, scratch state kept from ``guidance`` to
+``learn``, and the calls that cost LLM calls (``synthesise``, ``keep_abstraction`` with its
+admission judge), counted under their purposes. Designs compose: :class:`Composite` shows
+its parts' blocks in order and lets each learn (joint memory is abstraction memory's
+design followed by trajectory memory's).
+
+A new design is one dataclass in one file: decorate it with
+:func:`~ap_gym.policies.memory_policy.register_design` and it is a policy that every
+config, the protocol and the viewer know.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ap_gym.backbones.base import Backbone
-from ap_gym.policies.memory import Memory
-from ap_gym.policies.prompting import load_prompt
+from ap_gym.backbones.base import Backbone, GenerationConfig
+from ap_gym.memory import Memory, Record
+from ap_gym.policies.records import records_text
+from ap_gym.prompts import load_prompt
 from ap_gym.types import Episode, UsageMeter
+
+if TYPE_CHECKING:
+    from ap_gym.policies.memory_policy import MemoryConfig
 
 __all__ = ["Admission", "Block", "Composite", "Design", "Synthesiser", "TaskContext"]
 
@@ -42,12 +51,13 @@ class Synthesiser:
 
     backbone: Backbone
     meter: UsageMeter
-    memory: Memory
+    generation: GenerationConfig
+    seed: int = 0
 
     def synthesise(self, prompt_name: str, purpose: str = "synthesis", **fields: str) -> str:
-        """One LLM call with a packaged prompt (``ap_gym/policies/prompts/<name>.txt``)."""
+        """One LLM call with a packaged prompt (``ap_gym/prompts/<name>.txt``)."""
         prompt = load_prompt(prompt_name).format(**fields)
-        config = self.memory.config.synthesis.seeded(self.memory.seed, prompt_name, prompt)
+        config = self.generation.seeded(self.seed, prompt_name, prompt)
         completion = self.backbone.generate([{"role": "user", "content": prompt}], config)
         self.meter.record(purpose, completion.prompt_tokens, completion.completion_tokens)
         return completion.text.strip()
@@ -58,6 +68,7 @@ class TaskContext:
     """One task as a design sees it, from ``guidance`` to ``learn``."""
 
     memory: Memory
+    config: MemoryConfig
     vec: np.ndarray
     info: Mapping[str, Any]
     decisions: dict[str, Any]
@@ -77,6 +88,10 @@ class TaskContext:
     @property
     def instruction(self) -> str:
         return str(self.info.get("instruction", ""))
+
+    def records_text(self, records: Sequence[Record]) -> str:
+        """Records as a prompt lists them, each within the memory options' ``record_tokens``."""
+        return records_text(records, self.config.record_tokens)
 
     def synthesise(self, prompt_name: str, purpose: str = "synthesis", **fields: str) -> str:
         return self.synthesiser.synthesise(prompt_name, purpose, **fields)
@@ -98,9 +113,8 @@ class TaskContext:
                          kind: str) -> int | None:
         """Admit and store ``text`` with its provenance; a rejection is recorded."""
         if not self.admit(text, episode):  # kept with its provenance: the audit counts it (alpha, eta)
-            parents = sorted({p for r in self.memory.trajectories.get(sources) for p in r.abstraction_ids})
             self.decisions.setdefault("rejected_abstractions", []).append(
-                {"text": text, "sources": list(sources), "parents": parents})
+                {"text": text, "sources": list(sources), "parents": self.memory.parents_of(sources)})
             return None
         return self.memory.add_abstraction(text, kind, vec, sources)
 

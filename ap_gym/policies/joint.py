@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from ap_gym.policies.abstraction import AbstractionDesign
-from ap_gym.policies.design import Composite
-from ap_gym.policies.memory_policy import MEMORY_NEEDS, MEMORY_SUPPORTS, MemoryPolicy
-from ap_gym.policies.registry import register_policy
+from ap_gym.policies.design import Block, Composite, TaskContext
+from ap_gym.policies.memory_policy import register_design
 from ap_gym.policies.trajectory import TrajectoryDesign
+from ap_gym.types import Episode
 
-__all__ = ["JointMemory"]
+__all__ = ["JointDesign", "JointMemory"]
 
 
-@register_policy("joint", needs=MEMORY_NEEDS, supports=MEMORY_SUPPORTS)
-class JointMemory(MemoryPolicy):
+@register_design("joint", policy="JointMemory")
+@dataclass(frozen=True)
+class JointDesign:
     """Joint memory: stored lessons first, then the B most similar records."""
 
-    def __init__(self, backbone: Any, embedder: Any = None, **kwargs: Any) -> None:
-        super().__init__(backbone, embedder, design=Composite((AbstractionDesign(), TrajectoryDesign())), **kwargs)
+    def guidance(self, task: TaskContext) -> list[Block]:
+        return _PARTS.guidance(task)
+
+    def learn(self, task: TaskContext, episode: Episode, record_id: int) -> None:
+        _PARTS.learn(task, episode, record_id)
+
+
+_PARTS = Composite((AbstractionDesign(), TrajectoryDesign()))
+JointMemory = JointDesign.policy  # type: ignore[attr-defined]

@@ -9,39 +9,68 @@ Per episode it
 4. in training mode only, stores the trajectory record (the memory) and lets the design
    learn. Infrastructure failures and episodes whose embedding failed are never stored.
 
-Options every design accepts: ``frozen_abstractions`` (a fixed layer of given texts
-shown on top of the design's own guidance: the paper's useful-versus-toxic skills
-experiment) and ``admission`` (a judge that accepts or rejects each new abstraction
-before it is stored: a callable ``(text, episode) -> bool`` or ``"llm"`` for an LLM judge,
-the paper's selective-retention experiment). The LLM judge is the acting backbone unless
-``judge_backbone`` names another (the paper's judge was a stronger model than the
-actor); its calls count under ``admission``. ``frozen_abstractions`` may also be the path
-of a file written by ``ap-gym skills`` (its admitted abstractions are the layer).
+Options every design accepts: ``frozen_abstractions`` (a fixed layer of given skills shown
+on top of the design's own guidance, the ``frozen_budget`` nearest the task: the paper's
+frozen-skill layer) and ``admission`` (a judge that accepts or rejects each new
+abstraction before it is stored: a callable ``(text, episode) -> bool`` or ``"llm"`` for an
+LLM judge, the paper's selective-retention experiment). The LLM judge is the acting
+backbone unless ``judge_backbone`` names another (the paper's judge was a stronger model
+than the actor); its calls count under ``admission``. A run config may name a skills file
+written by ``ap-gym skills`` as ``frozen_abstractions``; the protocol reads it.
 
-Each design's module registers a thin subclass that only says which design it uses
-(``TrajectoryMemory``, ``AntiPersistencePolicy``, ...), so configs name them.
+:func:`register_design` turns one design dataclass into a registered policy: its fields
+become the policy's options beside these, so a new design is one class in one file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from ap_gym.backbones.base import Backbone
-from ap_gym.backbones.embedders import Embedder
-from ap_gym.memory.store import AbstractionStore, OutcomeLog, TrajectoryStore
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ap_gym.backbones.base import Backbone, GenerationConfig
+from ap_gym.memory import AbstractionStore, Memory, OutcomeLog, TrajectoryStore
+from ap_gym.options import Options
 from ap_gym.policies.design import Admission, Design, Synthesiser, TaskContext
-from ap_gym.policies.memory import Memory, MemoryConfig
 from ap_gym.policies.react import AgentConfig, ReActAgent
-from ap_gym.policies.registry import spec_of
-from ap_gym.types import Episode, PolicyTrace, Usage
+from ap_gym.policies.registry import register_policy, spec_of
+from ap_gym.types import Embedder, Episode, PolicyTrace, Usage
 
-__all__ = ["MEMORY_NEEDS", "MEMORY_SUPPORTS", "MemoryPolicy"]
+__all__ = ["MEMORY_NEEDS", "MEMORY_SUPPORTS", "MemoryConfig", "MemoryPolicy", "design_policy", "register_design"]
 
 #: What every memory design asks of the protocol, and what it supports.
 MEMORY_NEEDS = ("backbone", "embedder", "store", "seed")
 MEMORY_SUPPORTS = ("snapshots", "training")
+FROZEN_HEADER = "Skills"
+
+
+class MemoryConfig(Options):
+    """Options shared by the memory designs.
+
+    Attributes:
+        budget: records (or abstractions) retrieved per task: the spec's B = 5.
+        record_tokens: each record is compressed to about this many tokens in a prompt
+            (see :func:`~ap_gym.policies.records.format_record`).
+        embed_obs_chars: how much of the first observation joins the instruction in the task embedding.
+        synthesis: decoding options for synthesis, reflection and maintenance calls.
+        exclude_same_task: during training, never retrieve records of the task being
+            played. Training draws tasks with replacement from small pools, so retrieval
+            would otherwise often show the task its own earlier attempt (similarity ~1),
+            which held-out tasks never see. Off by default (the paper's protocol); the
+            share of training episodes where it happened is reported either way.
+    """
+
+    budget: int = Field(default=5, ge=1)
+    record_tokens: int = Field(default=400, ge=1)
+    embed_obs_chars: int = Field(default=300, ge=0)
+    synthesis: GenerationConfig = GenerationConfig(max_new_tokens=160)
+    exclude_same_task: bool = False
 
 
 class MemoryPolicy:
@@ -53,10 +82,13 @@ class MemoryPolicy:
         design: what to retrieve and what to write (:class:`~ap_gym.policies.design.Design`).
         db_path: the memory database; ``None`` makes a temporary one.
         agent: the acting agent's options.
-        memory: a :class:`~ap_gym.policies.memory.MemoryConfig` (or its options).
+        memory: a :class:`MemoryConfig` (or its options).
         seed: seeds the design's random choices (derived per task, so order-free).
-        frozen_abstractions: a fixed layer of texts shown on top of the guidance, or the
-            path of a skills file (``ap-gym skills``).
+        frozen_abstractions: a fixed layer of skills shown on top of the guidance: texts,
+            or ``{"text": ..., "embedding": [...]}`` entries (a skills file's, read by the
+            protocol), retrieved by similarity to the task.
+        frozen_budget: how many of them a prompt shows, the nearest the task first
+            (``None``: all of them).
         admission: a judge for new abstractions (``None`` admits all).
         judge_backbone: the LLM judge's own backbone (default: the acting one).
     """
@@ -71,7 +103,8 @@ class MemoryPolicy:
         agent: AgentConfig | Mapping[str, Any] | None = None,
         memory: MemoryConfig | Mapping[str, Any] | None = None,
         seed: int = 0,
-        frozen_abstractions: Sequence[str] | str | Path = (),
+        frozen_abstractions: Sequence[str | Mapping[str, Any]] | str = (),
+        frozen_budget: int | None = 5,
         admission: Admission | str | None = None,
         judge_backbone: Backbone | None = None,
     ) -> None:
@@ -83,13 +116,18 @@ class MemoryPolicy:
             raise ValueError(f"judge_backbone {judge_backbone!r} was not resolved to a backbone; in a run config "
                              "name one of the run's backbones (backbones:) or a backbone spec")
         if isinstance(frozen_abstractions, str | Path):
-            from ap_gym.report.skills import read_skills
+            raise ValueError(f"frozen_abstractions {str(frozen_abstractions)!r} is a path: read it with "
+                             "ap_gym.protocol.skills.read_skills (a run config's path is read by the protocol)")
+        if embedder is None:
+            from ap_gym.backbones.embedders import SentenceTransformerEmbedder
 
-            frozen_abstractions = read_skills(frozen_abstractions)
+            embedder = SentenceTransformerEmbedder()
+        self.config = MemoryConfig.coerce(memory)
         self.agent = ReActAgent(backbone, agent, seed)
-        self.memory = Memory(embedder, db_path, MemoryConfig.coerce(memory), seed)
+        self.memory = Memory(embedder, db_path, seed=seed, embed_obs_chars=self.config.embed_obs_chars,
+                             exclude_same_task=self.config.exclude_same_task)
         self.design = design
-        self.frozen_abstractions = list(frozen_abstractions)
+        self.frozen = FrozenLayer(frozen_abstractions, frozen_budget, embedder)
         self.admission = admission
         self.judge_backbone = judge_backbone
         self._task: TaskContext | None = None
@@ -132,24 +170,29 @@ class MemoryPolicy:
         return self.train(False)
 
     # ------------------------------------------------------------- episode
+    def _context(self, vec: np.ndarray, info: Mapping[str, Any]) -> TaskContext:
+        agent, config = self.agent, self.config
+        judge = (Synthesiser(self.judge_backbone, agent.meter, config.synthesis, self.memory.seed)
+                 if self.judge_backbone is not None else None)
+        return TaskContext(self.memory, config, vec, info, agent.decisions,
+                           Synthesiser(agent.backbone, agent.meter, config.synthesis, self.memory.seed),
+                           self.admission, judge=judge)
+
     def begin(self, observation: str, info: Mapping[str, Any]) -> None:
         agent = self.agent
         agent.reset_episode()
         task = self._task = None
-        self.memory.begin_task(str(info.get("task_id", "")))
+        self.memory.begin_task(str(info.get("task_id", "")), agent.decisions)
         try:
             vec = self.memory.embed_task(str(info.get("instruction", "")), observation)
             agent.meter.record_embedding()
         except Exception as e:  # the episode still runs, without memory; never learned from
             agent.decisions["embedding_failed"] = f"{type(e).__name__}: {e}"
         else:
-            task = self._task = TaskContext(self.memory, vec, info, agent.decisions,
-                                            Synthesiser(agent.backbone, agent.meter, self.memory), self.admission,
-                                            judge=(Synthesiser(self.judge_backbone, agent.meter, self.memory)
-                                                   if self.judge_backbone is not None else None))
+            task = self._task = self._context(vec, info)
         blocks: list[tuple[str, str]] = []
-        if self.frozen_abstractions:
-            blocks.append(("Skills", "\n".join(f"- {t}" for t in self.frozen_abstractions)))
+        if self.frozen:
+            blocks.append((FROZEN_HEADER, self.frozen.shown(task.vec if task is not None else None)))
         if task is not None:
             blocks += self.design.guidance(task)
         guidance = "\n\n".join(f"## {h}\n{t}" for h, t in blocks if t) or None
@@ -178,8 +221,7 @@ class MemoryPolicy:
         return spec_of(self)
 
     def describe(self) -> dict[str, Any]:
-        return {**self.agent.describe(), "memory": self.memory.config.to_dict(),
-                "embedder": self.memory.embedder.identity}
+        return {**self.agent.describe(), "memory": self.config.to_dict(), "embedder": self.memory.embedder.identity}
 
     def save_state(self, directory: str | Path) -> Path:
         """Snapshot the whole state into ``directory`` (``memory.sqlite`` + ``state.json``)."""
@@ -198,3 +240,107 @@ class MemoryPolicy:
 
     def close(self) -> None:
         self.memory.close()
+
+
+class FrozenLayer:
+    """Given skills, shown on top of a design's guidance: the ``budget`` nearest the task.
+
+    Each skill is retrieved as a stored abstraction is: by its embedding (the one its
+    skills file carries, when the file was written with this embedder), else by the
+    embedding of its text. Nothing is ever written: the layer is frozen.
+    """
+
+    def __init__(self, skills: Sequence[str | Mapping[str, Any]], budget: int | None, embedder: Embedder) -> None:
+        entries = [{"text": s} if isinstance(s, str) else dict(s) for s in skills]
+        self.texts = [str(e["text"]) for e in entries]
+        self.budget = budget
+        self._vectors: np.ndarray | None = None
+        if self.texts and budget is not None and budget < len(self.texts):
+            self._vectors = _skill_vectors(entries, embedder)
+
+    def __bool__(self) -> bool:
+        return bool(self.texts)
+
+    def shown(self, vec: np.ndarray | None) -> str:
+        """The skills this task sees, one ``- `` line each (all of them without an embedding)."""
+        order = range(len(self.texts))
+        if self._vectors is not None and vec is not None:
+            sims = self._vectors @ np.asarray(vec, dtype=np.float32)
+            order = sorted(np.argsort(-sims, kind="stable")[: self.budget])  # nearest, in the file's order
+        return "\n".join(f"- {self.texts[i]}" for i in order)
+
+
+def _skill_vectors(entries: Sequence[Mapping[str, Any]], embedder: Embedder) -> np.ndarray:
+    given = [e.get("embedding") for e in entries]
+    if all(isinstance(v, list) and len(v) == embedder.dim for v in given) and \
+            all(e.get("embedder") in (None, embedder.identity) for e in entries):
+        vectors = np.asarray(given, dtype=np.float32)
+    else:
+        vectors = embedder.embed([str(e["text"]) for e in entries])
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+# ------------------------------------------------------------------ designs as policies
+D = TypeVar("D")
+_DESIGN_OPTIONS = [p for p in inspect.signature(MemoryPolicy.__init__).parameters.values()
+                   if p.name not in ("self", "design")]
+
+
+def register_design(name: str, *, policy: str | None = None) -> Callable[[type[D]], type[D]]:
+    """Register a design dataclass as the policy ``name``; its fields are the policy's options.
+
+    The generated policy class (``design.policy``, named ``policy`` or after the design)
+    is a :class:`MemoryPolicy` whose design is built from the design's own options; an
+    options object field (a pydantic :class:`~ap_gym.options.Options`) takes a mapping too.
+
+    Example:
+        >>> @register_design("recent")  # doctest: +SKIP
+        ... @dataclass(frozen=True)
+        ... class Recent:
+        ...     k: int = 3
+        ...     def guidance(self, task): ...
+        ...     def learn(self, task, episode, record_id): ...
+    """
+
+    def decorate(design: type[D]) -> type[D]:
+        cls = design_policy(design, policy or design.__name__.removesuffix("Design") + "Policy")
+        register_policy(name, needs=MEMORY_NEEDS, supports=MEMORY_SUPPORTS)(cls)
+        design.policy = cls  # type: ignore[attr-defined]
+        return design
+
+    return decorate
+
+
+def design_policy(design: type[Any], class_name: str) -> type[MemoryPolicy]:
+    """A :class:`MemoryPolicy` subclass whose design is ``design`` built from its options."""
+    fields = [f for f in dataclasses.fields(design) if f.init]
+    hints = typing.get_type_hints(design)
+    names = {f.name for f in fields}
+
+    def __init__(self: MemoryPolicy, backbone: Backbone, embedder: Embedder | None = None, **options: Any) -> None:
+        chosen = {k: _coerce(hints.get(k), options.pop(k)) for k in list(options) if k in names}
+        MemoryPolicy.__init__(self, backbone, embedder, design=design(**chosen), **options)
+
+    own = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(f.name, Any),
+                             default=f.default if f.default is not dataclasses.MISSING else
+                             (f.default_factory() if f.default_factory is not dataclasses.MISSING
+                              else inspect.Parameter.empty)) for f in fields]
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    __init__.__signature__ = inspect.Signature([self_param, *_DESIGN_OPTIONS, *own])  # type: ignore[attr-defined]
+    __init__.__annotations__ = {**typing.get_type_hints(MemoryPolicy.__init__),
+                                **{f.name: hints.get(f.name, Any) for f in fields}}
+    __init__.__annotations__.pop("design", None)
+    doc = (design.__doc__ or "").strip()
+    cls = type(class_name, (MemoryPolicy,), {"__init__": __init__, "__module__": design.__module__,
+                                             "__qualname__": class_name, "__doc__": doc, "design_class": design})
+    return cls
+
+
+def _coerce(hint: Any, value: Any) -> Any:
+    """An options object from a mapping, when the design's field is one."""
+    args = typing.get_args(hint) if typing.get_origin(hint) is not None else (hint,)
+    for arg in args:
+        if inspect.isclass(arg) and issubclass(arg, BaseModel) and isinstance(value, Mapping):
+            return arg.model_validate(dict(value))
+    return value

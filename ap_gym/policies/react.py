@@ -37,13 +37,15 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from pydantic import Field
+
 from ap_gym.backbones.base import Backbone, EpisodeCache, GenerationConfig, Message
+from ap_gym.options import Options
 from ap_gym.policies.base import BasePolicy
-from ap_gym.policies.prompting import load_prompt
 from ap_gym.policies.registry import register_policy
+from ap_gym.prompts import load_prompt
 
 __all__ = ["AgentConfig", "NoMemory", "ReActAgent", "normalise_action", "parse_react"]
 
@@ -55,8 +57,7 @@ FALLBACK_ACTION = "look"
 MATCH_CUTOFF = 0.6
 
 
-@dataclass(frozen=True)
-class AgentConfig:
+class AgentConfig(Options):
     """How the acting agent turns a backbone into commands.
 
     Attributes:
@@ -73,32 +74,16 @@ class AgentConfig:
 
     action_mode: Literal["choose", "generate", "react"] = "choose"
     reduction: Literal["sum", "mean"] = "sum"
-    history_window: int = 20
-    max_observation_chars: int = 2000
+    history_window: int = Field(default=20, ge=1)
+    max_observation_chars: int = Field(default=2000, ge=1)
     list_admissible: bool = True
-    max_admissible_listed: int = 60
-    generation: GenerationConfig = field(default_factory=lambda: GenerationConfig(max_new_tokens=24, stop=("\n",)))
-    react_generation: GenerationConfig = field(
-        default_factory=lambda: GenerationConfig(max_new_tokens=128, stop=("\nObservation", "\n\n")))
+    max_admissible_listed: int = Field(default=60, ge=0)
+    generation: GenerationConfig = GenerationConfig(max_new_tokens=24, stop=("\n",))
+    react_generation: GenerationConfig = GenerationConfig(max_new_tokens=128, stop=("\nObservation", "\n\n"))
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["generation"] = self.generation.to_dict()
-        d["react_generation"] = self.react_generation.to_dict()
-        return d
 
-    @classmethod
-    def coerce(cls, value: AgentConfig | Mapping[str, Any] | None) -> AgentConfig:
-        """An AgentConfig from itself, a plain mapping (YAML) or ``None`` (the defaults)."""
-        if value is None:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        options = dict(value)
-        for key in ("generation", "react_generation"):
-            if isinstance(options.get(key), Mapping):
-                options[key] = GenerationConfig.coerce(options[key])
-        return cls(**options)
+#: How many of the best-scored candidates a ``choose`` step keeps (``Step.candidates``).
+CANDIDATES_KEPT = 10
 
 
 def parse_react(text: str, admissible: Sequence[str] | None = None) -> tuple[str, str, bool]:
@@ -211,16 +196,20 @@ class ReActAgent(BasePolicy):
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         admissible = list(info.get("admissible_commands") or [])
         messages = self.messages(observation, admissible)
+        scored_step: dict[str, Any] = {}
         if self.config.action_mode == "choose" and admissible:
             scored = self.backbone.score(messages, admissible, self.config.reduction)
             scores = scored.values
             best = max(range(len(admissible)), key=lambda i: scores[i])
             action, failure = admissible[best], False
             self.meter.record("acting", scored.tokens, 0)
-            top = sorted(range(len(admissible)), key=lambda i: -scores[i])[:3]
+            ranked = sorted(range(len(admissible)), key=lambda i: -scores[i])
             response = f"chose {action!r} ({self.config.reduction} log-lik {scores[best]:.3f}); top: " + \
-                ", ".join(f"{admissible[i]!r}={scores[i]:.3f}" for i in top)
+                ", ".join(f"{admissible[i]!r}={scores[i]:.3f}" for i in ranked[:3])
             reply, thought = action, None
+            scored_step = {"candidates": tuple((admissible[i], round(float(scores[i]), 4))
+                                               for i in ranked[:CANDIDATES_KEPT]),
+                           "reduction": self.config.reduction}
         elif self.config.action_mode == "react":
             completion = self.backbone.generate(
                 messages, self.config.react_generation.seeded(self.seed, self._task_id, len(self._steps)))
@@ -234,7 +223,7 @@ class ReActAgent(BasePolicy):
             self.meter.record("acting", completion.prompt_tokens, completion.completion_tokens)
             action, failure = normalise_action(completion.text, admissible)
             response, reply, thought = completion.text, action, None
-        self.record_step(self.transcript(messages), response, failure, reasoning=thought)
+        self.record_step(self.transcript(messages), response, failure, reasoning=thought, **scored_step)
         self._turns += [{"role": "user", "content": self._cut(observation)}, {"role": "assistant", "content": reply}]
         return action
 

@@ -19,13 +19,13 @@ same one; on the training tasks that recur across iterations this includes the s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from pydantic import PositiveInt
 
 from ap_gym.policies.abstraction import show_abstractions
 from ap_gym.policies.design import Block, TaskContext
-from ap_gym.policies.memory import format_record
-from ap_gym.policies.memory_policy import MEMORY_NEEDS, MEMORY_SUPPORTS, MemoryPolicy
-from ap_gym.policies.registry import register_policy
+from ap_gym.policies.memory_policy import register_design
+from ap_gym.policies.records import format_record
 from ap_gym.types import Episode
 
 __all__ = ["Reflexion", "ReflexionDesign"]
@@ -33,9 +33,12 @@ __all__ = ["Reflexion", "ReflexionDesign"]
 HEADER = "Reflections on earlier failed attempts"
 
 
+@register_design("reflexion", policy="Reflexion")
 @dataclass(frozen=True)
 class ReflexionDesign:
-    max_reflections: int = 3
+    """Reflexion: a reflection per failed training episode, the nearest ones shown."""
+
+    max_reflections: PositiveInt = 3
 
     def guidance(self, task: TaskContext) -> list[Block]:
         reflections = task.memory.abstractions.ids(kind="reflection")
@@ -44,15 +47,9 @@ class ReflexionDesign:
     def learn(self, task: TaskContext, episode: Episode, record_id: int) -> None:
         if episode.success:
             return
-        memory = task.memory
-        record = memory.trajectories.get([record_id])[0]
-        text = task.synthesise("reflection", "reflection", records=format_record(record, memory.config.record_tokens))
+        record = task.memory.trajectories.get([record_id])[0]
+        text = task.synthesise("reflection", "reflection", records=format_record(record, task.config.record_tokens))
         task.keep_abstraction(text, episode, [record_id], task.vec, "reflection")
 
 
-@register_policy("reflexion", needs=MEMORY_NEEDS, supports=MEMORY_SUPPORTS)
-class Reflexion(MemoryPolicy):
-    """Reflexion: a reflection per failed training episode, the nearest ones shown."""
-
-    def __init__(self, backbone: Any, embedder: Any = None, *, max_reflections: int = 3, **kwargs: Any) -> None:
-        super().__init__(backbone, embedder, design=ReflexionDesign(max_reflections), **kwargs)
+Reflexion = ReflexionDesign.policy  # type: ignore[attr-defined]

@@ -1,10 +1,10 @@
 """One registry of policies: each registered with what it needs and what it supports.
 
 The protocol builds a policy from its spec (name + options) by asking the registry what
-to hand it (a backbone, an embedder, a memory store, a seed) and what it can do
-(snapshots, learning from training episodes); no code decides a capability from a
-policy's name. A user's policy registers itself the same way, from a module named under
-a run config's ``imports:``::
+to hand it (a backbone, an embedder, a memory store, a seed), what it needs of the env
+(a walkthrough), and what it can do (snapshots, learning from training episodes); no code
+decides a capability from a policy's name. A user's policy registers itself the same way,
+from a module named under a run config's ``imports:``::
 
     from ap_gym.policies import BasePolicy, register_policy
 
@@ -14,8 +14,12 @@ a run config's ``imports:``::
             self.record_step()
             return "look"
 
-Registration also records the arguments each instance was built with, so
-``spec_of(policy)`` rebuilds it (JSON-able values kept, objects named by identity).
+A name is taken once: registering another object under a taken name raises, naming the
+object that holds it (as Gymnasium refuses a second env under one id). Registration also
+records the arguments each instance was built with, so ``spec_of(policy)`` rebuilds it
+(JSON-able values kept, objects named by identity), and derives the policy's options
+schema from its signature (:meth:`PolicyInfo.check_options`), so a run config's options
+are checked when it loads.
 """
 
 from __future__ import annotations
@@ -23,21 +27,43 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import typing
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import UnionType
 from typing import Any, TypeVar
 
-__all__ = ["NEEDS", "SUPPORTS", "PolicyInfo", "get_policy", "make_policy", "policy_names", "register_policy", "spec_of"]
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+
+__all__ = ["ENV_NEEDS", "NEEDS", "SUPPORTS", "OptionError", "PolicyInfo", "get_policy", "make_policy", "policy_names",
+           "register_policy", "spec_of"]
 
 #: What the protocol can hand a policy, and the keyword argument each arrives as.
 NEEDS = {"backbone": "backbone", "embedder": "embedder", "store": "db_path", "seed": "seed"}
+#: What a policy can need of the env (an ability :class:`~ap_gym.envs.base.TextEnv` declares);
+#: a run pairing the policy with an env that lacks it is refused before it starts.
+ENV_NEEDS = frozenset({"walkthrough"})
 #: ``snapshots``: ``save_state``/``load_state``/``clear_state``/``close`` (a
 #: :class:`~ap_gym.types.StatefulPolicy`); ``training``: training episodes can change
 #: later episodes, so the protocol runs them (it skips them for other policies).
 SUPPORTS = frozenset({"snapshots", "training"})
 
 T = TypeVar("T")
+
+
+class OptionError(ValueError):
+    """A policy option that the policy does not take, or of a value it cannot take.
+
+    Attributes:
+        path: where, as keys from the policy's options down (``("memory", "budgt")``).
+        valid: the keys valid at that place, when the key itself is unknown.
+    """
+
+    def __init__(self, message: str, path: tuple[str, ...], valid: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.path, self.valid = path, valid
 
 
 @dataclass(frozen=True)
@@ -58,6 +84,24 @@ class PolicyInfo:
     def learns(self) -> bool:
         return "training" in self.supports
 
+    @property
+    def env_needs(self) -> frozenset[str]:
+        return self.needs & ENV_NEEDS
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        """Raise :class:`OptionError` for the first option this policy cannot take (an
+        unknown key at any depth, a value of the wrong kind), naming its path."""
+        model = _options_model(self.factory)
+        try:
+            model.model_validate(dict(options))
+        except ValidationError as e:
+            error = e.errors()[0]
+            path = tuple(str(p) for p in error["loc"])
+            if error["type"] == "extra_forbidden":
+                valid = _keys_at(model, path[:-1])
+                raise OptionError(f"unknown option (valid here: {', '.join(valid)})", path, valid) from None
+            raise OptionError(error["msg"].removeprefix("Value error, "), path) from None
+
 
 _REGISTRY: dict[str, PolicyInfo] = {}
 
@@ -66,14 +110,15 @@ def register_policy(name: str, *, needs: Iterable[str] = (), supports: Iterable[
     """Register a policy class (or factory) under ``name``.
 
     Args:
-        name: the name configs use (``policies: [{name: ...}]``).
+        name: the name configs use (``policies: [{name: ...}]``); taken once.
         needs: any of ``backbone``, ``embedder``, ``store`` (a database path, as
-            ``db_path``) and ``seed``; the protocol passes them as keyword arguments.
+            ``db_path``) and ``seed``, which the protocol passes as keyword arguments, and
+            ``walkthrough``, an ability the env must have (:data:`ENV_NEEDS`).
         supports: any of ``snapshots`` and ``training`` (see :data:`SUPPORTS`).
     """
     needs, supports = frozenset(needs), frozenset(supports)
-    if unknown := needs - set(NEEDS):
-        raise ValueError(f"policy {name!r}: unknown needs {sorted(unknown)}; choose from {sorted(NEEDS)}")
+    if unknown := needs - set(NEEDS) - ENV_NEEDS:
+        raise ValueError(f"policy {name!r}: unknown needs {sorted(unknown)}; choose from {sorted({*NEEDS, *ENV_NEEDS})}")
     if unknown := supports - SUPPORTS:
         raise ValueError(f"policy {name!r}: unknown supports {sorted(unknown)}; choose from {sorted(SUPPORTS)}")
     if "training" in supports and "snapshots" not in supports:
@@ -81,6 +126,7 @@ def register_policy(name: str, *, needs: Iterable[str] = (), supports: Iterable[
                          "(save_state/load_state/clear_state/close): held-out workers and resume start from them")
 
     def decorate(obj: T) -> T:
+        _claim(name, obj)
         if inspect.isclass(obj):
             _record_arguments(obj, name)
         doc = (inspect.getdoc(obj) or "").strip().splitlines()
@@ -88,6 +134,24 @@ def register_policy(name: str, *, needs: Iterable[str] = (), supports: Iterable[
         return obj
 
     return decorate
+
+
+def _where(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def _claim(name: str, obj: Any) -> None:
+    """Refuse ``name`` when another object holds it; the same object (a module imported
+    twice) or its reloaded self (same module and name) takes it back, with a warning."""
+    held = _REGISTRY.get(name)
+    if held is None or held.factory is obj:
+        return
+    if _where(held.factory) == _where(obj):
+        warnings.warn(f"policy {name!r} registered again by {_where(obj)} (a reloaded module?); the new "
+                      "definition replaces the old one", stacklevel=3)
+        return
+    raise ValueError(f"policy name {name!r} is taken by {_where(held.factory)}; register "
+                     f"{_where(obj)} under another name (policy names are unique, as env ids are)")
 
 
 def _record_arguments(cls: type, name: str) -> None:
@@ -125,7 +189,7 @@ def make_policy(name: str, backbone: Any = None, **options: Any) -> Any:
     """A policy by registry name; ``options`` are its constructor's keyword arguments.
 
     ``backbone`` is passed only to policies that need one. Nested option dicts are turned
-    into their config objects (``agent``, ``memory``, ``bandit``) by the policy classes,
+    into their options objects (``agent``, ``memory``, ``bandit``) by the policy classes,
     so a policy can be described by plain YAML.
     """
     info = get_policy(name)
@@ -147,6 +211,8 @@ def _jsonable(value: Any) -> Any:
         return value
     if isinstance(value, Path):
         return str(value)
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -155,3 +221,60 @@ def _jsonable(value: Any) -> Any:
         return _jsonable(dataclasses.asdict(value))
     identity = getattr(value, "identity", None)  # a backbone or embedder: named, not serialised
     return identity if isinstance(identity, str) else repr(value)
+
+
+# --------------------------------------------------------------- options schema
+@functools.cache
+def _options_model(factory: Callable[..., Any]) -> type[BaseModel]:
+    """A pydantic model of the keyword arguments ``factory`` takes, from its signature.
+
+    An options object (agent, memory, bandit: an :class:`~ap_gym.options.Options`) is
+    validated as itself, so a misspelled key inside it is caught; a type pydantic cannot
+    check (a backbone, a callable judge) is taken as it is. A factory with ``**kwargs``
+    takes other keys too.
+    """
+    target = factory.__init__ if inspect.isclass(factory) else factory
+    signature = inspect.signature(factory)
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:  # an annotation that does not resolve: check names only
+        hints = {}
+    fields: dict[str, Any] = {}
+    open_ended = False
+    for p in signature.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            open_ended = True
+        elif p.kind is not p.VAR_POSITIONAL:
+            fields[p.name] = (_checkable(hints.get(p.name, Any)), None if p.default is p.empty else p.default)
+    config = ConfigDict(extra="allow" if open_ended else "forbid", arbitrary_types_allowed=True,
+                        protected_namespaces=())
+    with warnings.catch_warnings():  # a parameter named like a BaseModel attribute is still a parameter
+        warnings.simplefilter("ignore")
+        return create_model(f"{getattr(factory, '__name__', 'policy')}Options", __config__=config, **fields)
+
+
+def _checkable(hint: Any) -> Any:
+    """``hint`` as pydantic should check it: an options model as itself (or ``None``),
+    anything pydantic cannot build a validator for as ``Any``."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, UnionType) else (hint,)
+    models = [a for a in args if inspect.isclass(a) and issubclass(a, BaseModel)]
+    if models:
+        return models[0] | None
+    try:
+        TypeAdapter(hint)
+    except Exception:
+        return Any
+    return hint
+
+
+def _keys_at(model: type[BaseModel], path: tuple[str, ...]) -> tuple[str, ...]:
+    """The field names of the options model found by following ``path`` from ``model``."""
+    for key in path:
+        field = model.model_fields.get(key)
+        hint = field.annotation if field is not None else None
+        args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, UnionType) else (hint,)
+        nested = [a for a in args if inspect.isclass(a) and issubclass(a, BaseModel)]
+        if not nested:
+            return ()
+        model = nested[0]
+    return tuple(model.model_fields)

@@ -8,13 +8,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ap_gym.policies.base import BasePolicy
 from ap_gym.policies.registry import register_policy
+from ap_gym.seeding import derived_rng
 
 __all__ = ["RandomPolicy", "WalkthroughPolicy"]
 
@@ -38,8 +38,7 @@ class RandomPolicy(BasePolicy):
         self.fallback = list(fallback)
 
     def _begin(self, observation: str, info: Mapping[str, Any]) -> None:
-        key = f"random|{self.seed}|{info.get('task_id', '')}"
-        self.rng = random.Random(int(hashlib.sha256(key.encode()).hexdigest()[:16], 16))
+        self.rng = derived_rng("random", self.seed, info.get("task_id", ""))
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         options = list(info.get("admissible_commands") or self.fallback)
@@ -48,7 +47,7 @@ class RandomPolicy(BasePolicy):
         return action
 
 
-@register_policy("walkthrough")
+@register_policy("walkthrough", needs=("walkthrough",))
 class WalkthroughPolicy(BasePolicy):
     """Replays ``info["walkthrough"]``, which envs supply when reset with ``walkthrough=True``.
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ap_gym.backbones.openai import ServingOptions
 from ap_gym.errors import APGymError
 
 __all__ = ["EXECUTION_KEYS", "ConfigError", "PolicySpec", "RunConfig", "import_modules"]
@@ -51,13 +52,19 @@ def import_modules(modules: tuple[str, ...] | list[str]) -> None:
 
 
 class PolicySpec(BaseModel):
-    """A policy by registry name, a label for results, and its options."""
+    """A policy by registry name, a label for results, and its options.
+
+    ``initial_state``: a snapshot (``policy.save_state``) the policy's memory starts from
+    in every seed, instead of an empty one: a warm start, or a memory seeded on purpose
+    (the injection study).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     label: str = ""
     options: dict[str, Any] = Field(default_factory=dict)
+    initial_state: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -79,16 +86,8 @@ class PolicySpec(BaseModel):
         return _safe_name(value, "policy label")
 
 
-class Serving(BaseModel):
-    """How served backbones and embedders are called (see :class:`~ap_gym.backbones.openai.ServingOptions`)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    deadline_s: float = Field(default=120.0, gt=0)
-    retries: int = Field(default=4, ge=0)
-    backoff_s: float = Field(default=0.5, ge=0)
-    concurrency: int = Field(default=8, ge=1)
-    check_deadline_s: float = Field(default=15.0, gt=0)
+#: How served backbones and embedders are called: one options object, the backbone's own.
+Serving = ServingOptions
 
 
 class RunConfig(BaseModel):
@@ -185,19 +184,50 @@ class RunConfig(BaseModel):
     def _registered(self) -> RunConfig:
         import ap_gym  # noqa: F401  (registers ap-gym's envs)
         from ap_gym.envs import resolve_benchmark, short_name
-        from ap_gym.policies import get_policy
 
         import_modules(self.imports)
         names = [short_name(resolve_benchmark(b)) for b in self.benchmarks]
         if len(set(names)) != len(names):
             raise ValueError(f"benchmarks name the same benchmark twice: {list(self.benchmarks)}")
-        for p in self.policies:
-            get_policy(p.name)
         labels = [p.label for p in self.policies]
         if len(set(labels)) != len(labels):
             raise ValueError(f"policy labels must be unique: {labels}")
+        self._policies_take_their_options()
+        self._envs_can_serve_the_policies()
         self._served_models_have_urls()
         return self
+
+    def _policies_take_their_options(self) -> None:
+        """Every policy's options, at any depth, against what the policy takes: a misspelled
+        key or a value of the wrong kind is refused now, before anything is written."""
+        from ap_gym.policies import OptionError, get_policy
+
+        for i, p in enumerate(self.policies):
+            try:
+                get_policy(p.name).check_options(p.options)
+            except OptionError as e:
+                where = ".".join(("policies", str(i), "options", *e.path))
+                raise ValueError(f"{where} (policy {p.label!r}): {e}") from None
+
+    def _envs_can_serve_the_policies(self) -> None:
+        """A policy that needs an env ability (a walkthrough) with an env that lacks it is
+        refused before the run starts, naming both."""
+        from ap_gym.envs import env_class, resolve_benchmark
+        from ap_gym.policies import get_policy
+
+        problems = []
+        for b in self.benchmarks:
+            cls = env_class(resolve_benchmark(b))
+            if cls is None:  # an entry point that is not a TextEnv class: nothing declared to check
+                continue
+            for p in self.policies:
+                missing = get_policy(p.name).env_needs - cls.abilities()
+                if missing:
+                    problems.append(f"policy {p.label!r} needs {', '.join(sorted(missing))}, which {b} "
+                                    f"({cls.__name__}) cannot give")
+        if problems:
+            raise ValueError("; ".join(problems) + ". Leave that policy out for that benchmark (a separate config), "
+                             "or give the env the ability (TextEnv.walkthrough)")
 
     def _served_models_have_urls(self) -> None:
         """A spec ``served:<model>`` names a model whose server is given at run time: say how."""
@@ -284,9 +314,9 @@ class RunConfig(BaseModel):
 def _explain(error: ValidationError) -> str:
     lines = []
     for e in error.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "config"
+        where = ".".join(str(p) for p in e["loc"])
         message = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             message = "unknown key (check its spelling)"
-        lines.append(f"config key {where!r}: {message}")
+        lines.append(f"config key {where!r}: {message}" if where else message)
     return "invalid run config:\n  " + "\n  ".join(lines)

@@ -18,9 +18,7 @@ episodes by default: nothing they do in training can change a later episode.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import random
 import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -37,20 +35,17 @@ from ap_gym.protocol.setting import (
     build_policy,
     check_backbones,
     make_env,
+    needs_embedder,
     run_with_retries,
 )
+from ap_gym.seeding import derived_rng
 
 __all__ = ["Runner", "heldout_subset", "run", "training_sample"]
 
 
-def _rng(*parts: Any) -> random.Random:
-    key = "|".join(str(p) for p in parts)
-    return random.Random(int(hashlib.sha256(key.encode()).hexdigest()[:16], 16))
-
-
 def training_sample(task_ids: Sequence[str], n: int, seed: int, iteration: int) -> list[str]:
     """The training tasks of one iteration: fixed by seed and iteration, identical for every method."""
-    rng = _rng("train", seed, iteration)
+    rng = derived_rng("train", seed, iteration)
     if n <= len(task_ids):
         return rng.sample(list(task_ids), n)
     return [rng.choice(list(task_ids)) for _ in range(n)]
@@ -104,10 +99,21 @@ class Runner:
         self.executor: Executor = make_executor(config, self.resources)
 
     def settings(self) -> list[Setting]:
-        """benchmark x [backbone x] policy x seed, in that order."""
+        """benchmark x [backbone x] policy x seed, in that order. A policy that uses no model
+        runs once per benchmark and seed, whatever the backbones (its results are the same)."""
+        from ap_gym.policies import get_policy
+
         c = self.config
-        return [Setting(b, p, s, m) for b in c.benchmark_ids() for m in c.backbone_specs() for p in c.policies
-                for s in c.seeds]
+        labels = list(c.backbone_specs())
+        out = []
+        for b in c.benchmark_ids():
+            for m in labels:
+                for p in c.policies:
+                    if "backbone" not in get_policy(p.name).needs and m != labels[0]:
+                        continue
+                    model = m if "backbone" in get_policy(p.name).needs else None
+                    out += [Setting(b, p, s, model) for s in c.seeds]
+        return out
 
     def run(self, *, progress: bool = True) -> Path:
         from rich.progress import (
@@ -160,10 +166,14 @@ class Runner:
 
     def _write_metadata(self, run_dir: Path) -> None:
         import ap_gym
-        from ap_gym.policies.prompting import all_prompts
+        from ap_gym.prompts import all_prompts
 
         described = check_backbones(self.config, self.resources)  # served ones: checked now, not per episode
-        meta: dict[str, Any] = {"config": self.config.to_dict(), "ap_gym_version": ap_gym.__version__}
+        from ap_gym.policies import get_policy
+
+        meta: dict[str, Any] = {"config": self.config.to_dict(), "ap_gym_version": ap_gym.__version__,
+                                "policies": {p.label: {"name": p.name, "needs": sorted(get_policy(p.name).needs)}
+                                             for p in self.config.policies}}
         judges = {k.removeprefix("judge:"): described.pop(k) for k in list(described) if k.startswith("judge:")}
         if self.config.backbones:
             meta["backbones"] = described
@@ -171,83 +181,15 @@ class Runner:
             meta["backbone"] = described.get("")
         if judges:
             meta["judges"] = judges
+        if needs_embedder(self.config):  # the report names it: similarity scales differ by embedder
+            meta["embedder"] = self.resources.embedder(self.config.embedder).identity
         atomic_write_json(run_dir / "config.json", meta)
         atomic_write_json(run_dir / "prompts.json", all_prompts())
 
     # ------------------------------------------------------------- setting
     def run_setting(self, setting: Setting, bar: Any) -> None:
         """Train and evaluate one setting, resuming from what its log and snapshots hold."""
-        from ap_gym.policies import get_policy
-
-        config = self.config
-        directory = setting.directory(config.run_dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        log = EpisodeLog(directory / EPISODES)
-        env = make_env(config, setting.benchmark)
-        atomic_write_json(directory / BENCHMARK, {"benchmark": setting.benchmark, "env_id": env.spec.id if env.spec else None,
-                                                  "stand_in": getattr(env.unwrapped, "stand_in", None)})
-        info = get_policy(setting.policy.name)
-        policy = build_policy(setting.policy, config, directory / "memory.sqlite", setting.seed, self.resources,
-                              backbone_label=setting.backbone)
-        stateful, trains = info.stateful, info.learns or config.train_stateless
-        train_ids = env.unwrapped.task_ids("train")
-        heldout = heldout_subset(env.unwrapped.task_ids("test"), config.heldout)
-        task = bar.add_task(str(setting),
-                            total=config.iterations * ((config.train_per_iter if trains else 0) + len(heldout))
-                            + (len(heldout) if config.eval_before_training else 0))
-
-        def line(phase: str, iteration: int, index: int, result: EvalResult) -> EpisodeLine:
-            return EpisodeLine(phase, iteration, index, setting.benchmark, setting.label, setting.seed,
-                               result.attempts, result.episode, setting.backbone)
-
-        def evaluate(it: int, snapshot: Path) -> None:
-            policy.eval()
-            done = log.done("eval", it)
-            bar.advance(task, len(done))
-            remaining = [(i, t) for i, t in enumerate(heldout) if t not in done]
-            for index, result in self.evaluate(setting, env, policy, str(snapshot) if stateful else "", remaining):
-                log.append(line("eval", it, index, result))
-                bar.advance(task)
-
-        try:
-            if config.eval_before_training:  # iteration -1: the untrained policy, empty memory
-                before = directory / "snapshots" / "before"
-                if stateful and not (before / "state.json").exists():
-                    policy.train()
-                    policy.clear_state()
-                    self._save_snapshot(policy, before)
-                evaluate(-1, before)
-            for it in range(config.iterations):
-                snapshot = directory / "snapshots" / f"iter{it}"
-                sample = training_sample(train_ids, config.train_per_iter, setting.seed, it) if trains else []
-                n_trained = log.count("train", it)
-                if stateful and n_trained == len(sample) and (snapshot / "state.json").exists():
-                    policy.load_state(snapshot)  # this iteration's training is finished
-                    bar.advance(task, n_trained)
-                elif n_trained == len(sample):
-                    bar.advance(task, n_trained)  # nothing to learn (or nothing to train)
-                else:
-                    if stateful:  # (re)start the iteration from the state it began with
-                        policy.train()
-                        if it == 0:
-                            policy.clear_state()
-                        else:
-                            policy.load_state(directory / "snapshots" / f"iter{it - 1}")
-                        policy.iteration = it
-                    log.drop("train", it)
-                    policy.train()
-                    for index, task_id in enumerate(sample):
-                        episode, attempts = run_with_retries(env, policy, task_id, setting.seed, config.max_steps,
-                                                             config.retries)
-                        log.append(line("train", it, index, EvalResult(episode.to_dict(), attempts)))
-                        bar.advance(task)
-                    if stateful:
-                        self._save_snapshot(policy, snapshot)
-                evaluate(it, snapshot)
-        finally:
-            env.close()
-            if stateful:
-                policy.close()
+        SettingRun(self, setting, bar).run()
 
     @staticmethod
     def _save_snapshot(policy: Any, snapshot: Path) -> None:
@@ -267,8 +209,7 @@ class Runner:
             return
         if config.executor == "local" and config.workers <= 1 and (config.lanes <= 1 or len(remaining) == 1):
             for index, task_id in remaining:
-                episode, attempts = run_with_retries(env, policy, task_id, setting.seed, config.max_steps,
-                                                     config.retries)
+                episode, attempts = run_with_retries(env, policy, task_id, setting.seed, config.retries)
                 yield index, EvalResult(episode.to_dict(), attempts)
             return
         groups = list(chunks(remaining, config.lanes))
@@ -277,3 +218,97 @@ class Runner:
         indices = {id(job): [i for i, _ in group] for job, group in zip(jobs, groups, strict=True)}
         for job, results in self.executor.evaluate(jobs):
             yield from zip(indices[id(job)], results, strict=True)
+
+
+class SettingRun:
+    """One setting through the protocol (see the module docstring): its env, its policy, its log."""
+
+    def __init__(self, runner: Runner, setting: Setting, bar: Any) -> None:
+        from ap_gym.policies import get_policy
+
+        config = self.config = runner.config
+        self.runner, self.setting, self.bar = runner, setting, bar
+        self.directory = setting.directory(config.run_dir)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.log = EpisodeLog(self.directory / EPISODES)
+        self.env = make_env(config, setting.benchmark)
+        grammar = getattr(self.env.unwrapped, "grammar", None)
+        atomic_write_json(self.directory / BENCHMARK, {
+            "benchmark": setting.benchmark, "env_id": self.env.spec.id if self.env.spec else None,
+            "stand_in": getattr(self.env.unwrapped, "stand_in", None),
+            "grammar": grammar.to_dict() if grammar is not None else None})
+        info = get_policy(setting.policy.name)
+        self.policy = build_policy(setting.policy, config, self.directory / "memory.sqlite", setting.seed,
+                                   runner.resources, backbone_label=setting.backbone, benchmark=setting.benchmark)
+        self.stateful, self.trains = info.stateful, info.learns or config.train_stateless
+        self.train_ids = self.env.unwrapped.task_ids("train")
+        self.heldout = heldout_subset(self.env.unwrapped.task_ids("test"), config.heldout)
+        per_iteration = (config.train_per_iter if self.trains else 0) + len(self.heldout)
+        self.task = bar.add_task(str(setting), total=config.iterations * per_iteration
+                                 + (len(self.heldout) if config.eval_before_training else 0))
+
+    def run(self) -> None:
+        try:
+            if self.config.eval_before_training:  # iteration -1: the untrained policy, its starting memory
+                before = self.directory / "snapshots" / "before"
+                if self.stateful and not (before / "state.json").exists():
+                    self.start_state()
+                    self.runner._save_snapshot(self.policy, before)
+                self.evaluate(-1, before)
+            for it in range(self.config.iterations):
+                self.train(it)
+                self.evaluate(it, self.directory / "snapshots" / f"iter{it}")
+        finally:
+            self.env.close()
+            if self.stateful:
+                self.policy.close()
+
+    def start_state(self) -> None:
+        """The memory every seed starts from: empty, or the policy's ``initial_state`` snapshot."""
+        self.policy.train()
+        self.policy.clear_state()
+        if self.setting.policy.initial_state:
+            self.policy.load_state(self.setting.policy.initial_state)
+
+    def line(self, phase: str, iteration: int, index: int, result: EvalResult) -> EpisodeLine:
+        s = self.setting
+        return EpisodeLine(phase, iteration, index, s.benchmark, s.label, s.seed, result.attempts, result.episode,
+                           s.backbone)
+
+    def train(self, it: int) -> None:
+        """Iteration ``it``'s training (resumed from its snapshot when it was finished)."""
+        snapshot = self.directory / "snapshots" / f"iter{it}"
+        sample = training_sample(self.train_ids, self.config.train_per_iter, self.setting.seed, it) \
+            if self.trains else []
+        n_trained = self.log.count("train", it)
+        if n_trained == len(sample) and (not self.stateful or (snapshot / "state.json").exists()):
+            if self.stateful:
+                self.policy.load_state(snapshot)  # this iteration's training is finished
+            self.bar.advance(self.task, n_trained)
+            return
+        if self.stateful:  # (re)start the iteration from the state it began with
+            if it == 0:
+                self.start_state()
+            else:
+                self.policy.train()
+                self.policy.load_state(self.directory / "snapshots" / f"iter{it - 1}")
+            self.policy.iteration = it
+        self.log.drop("train", it)
+        self.policy.train()
+        for index, task_id in enumerate(sample):
+            episode, attempts = run_with_retries(self.env, self.policy, task_id, self.setting.seed,
+                                                 self.config.retries)
+            self.log.append(self.line("train", it, index, EvalResult(episode.to_dict(), attempts)))
+            self.bar.advance(self.task)
+        if self.stateful:
+            self.runner._save_snapshot(self.policy, snapshot)
+
+    def evaluate(self, it: int, snapshot: Path) -> None:
+        self.policy.eval()
+        done = self.log.done("eval", it)
+        self.bar.advance(self.task, len(done))
+        remaining = [(i, t) for i, t in enumerate(self.heldout) if t not in done]
+        for index, result in self.runner.evaluate(self.setting, self.env, self.policy,
+                                                  str(snapshot) if self.stateful else "", remaining):
+            self.log.append(self.line("eval", it, index, result))
+            self.bar.advance(self.task)

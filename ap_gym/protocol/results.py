@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,15 +26,18 @@ from ap_gym.types import Termination
 
 __all__ = [
     "BENCHMARK",
-    "load_stand_ins",
     "EPISODES",
     "EpisodeLine",
     "EpisodeLog",
+    "Rates",
+    "load_abstraction_vectors",
     "load_abstractions",
+    "load_benchmark",
     "load_config",
     "load_episodes",
     "load_record_keys",
     "load_records",
+    "load_stand_ins",
     "read_lines",
     "setting_dirs",
     "setting_key",
@@ -148,16 +151,25 @@ def setting_dirs(run_dir: str | Path) -> Iterator[Path]:
         yield path.parent
 
 
+def load_benchmark(setting_dir: str | Path) -> dict[str, Any]:
+    """A setting's ``benchmark.json``: ``benchmark``, ``env_id``, ``stand_in`` (what stood in
+    for the published benchmark, or ``None``) and ``grammar`` (the env's declared command
+    grammar, or ``None``); ``{}`` when it is missing or unreadable."""
+    with contextlib.suppress(OSError, ValueError):
+        meta = json.loads((Path(setting_dir) / BENCHMARK).read_text())
+        if isinstance(meta, dict):
+            return meta
+    return {}
+
+
 def load_stand_ins(run_dir: str | Path) -> dict[str, str]:
     """Benchmark -> what stood in for the published one in this run (from each setting's
     ``benchmark.json``); benchmarks that were the real thing are absent."""
     found: dict[str, str] = {}
     for directory in setting_dirs(run_dir):
-        path = directory / BENCHMARK
-        with contextlib.suppress(OSError, ValueError):
-            meta = json.loads(path.read_text())
-            if meta.get("stand_in"):
-                found[meta["benchmark"]] = meta["stand_in"]
+        meta = load_benchmark(directory)
+        if meta.get("stand_in") and isinstance(meta.get("benchmark"), str):
+            found[meta["benchmark"]] = str(meta["stand_in"])
     return found
 
 
@@ -181,14 +193,51 @@ def load_episodes(run_dir: str | Path) -> list[dict[str, Any]]:
                                         x["phase"], x["index"]))
 
 
+@dataclass(frozen=True)
+class Rates:
+    """Success over a set of episodes, counted once for every reader (summary, report, viewer).
+
+    Only infrastructure failures are not the method's doing: ``rate`` leaves them out,
+    ``rate_all`` counts them as failures. A failure of the method's own making (a prompt
+    the model refused, ``prompt_rejected``) is a failure in both. With no valid episode
+    there is no rate (``None``), never 0.0.
+    """
+
+    episodes: int
+    infrastructure_failures: int
+    successes: int
+
+    @property
+    def valid(self) -> int:
+        return self.episodes - self.infrastructure_failures
+
+    @property
+    def rate(self) -> float | None:
+        return self.successes / self.valid if self.valid else None
+
+    @property
+    def rate_all(self) -> float | None:
+        return self.successes / self.episodes if self.episodes else None
+
+    @classmethod
+    def of(cls, lines: Iterable[Mapping[str, Any]]) -> Rates:
+        n = infra = wins = 0
+        for x in lines:
+            n += 1
+            if x.get("termination") == Termination.INFRA.value:
+                infra += 1
+            elif x.get("success"):
+                wins += 1
+        return cls(n, infra, wins)
+
+
 def summarise(run_dir: str | Path) -> dict[str, Any]:
     """Per setting and iteration: held-out success, score, LLM calls, steps (no timings,
     so an interrupted and an uninterrupted run summarise identically).
 
-    Infrastructure failures are counted, and success is given both ways: over the valid
-    episodes (``success_rate``, the rate the other means use) and with every
-    infrastructure failure counted as a failure (``success_rate_infra_as_failure``). A
-    setting where no episode was valid reports no rate (``None``), never 0.0.
+    Infrastructure failures are counted, and success is given both ways (:class:`Rates`):
+    over the valid episodes (``success_rate``, the rate the other means use) and with every
+    infrastructure failure counted as a failure (``success_rate_infra_as_failure``).
     """
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for x in load_episodes(run_dir):
@@ -197,7 +246,7 @@ def summarise(run_dir: str | Path) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     for (key, it), eps in groups.items():
         valid = [e for e in eps if e["termination"] != Termination.INFRA.value]
-        n = len(valid)
+        n, rates = len(valid), Rates.of(eps)
         calls = [e["usage"]["calls"] for e in valid]
 
         def mean(total: float, n: int = n) -> float | None:
@@ -205,10 +254,10 @@ def summarise(run_dir: str | Path) -> dict[str, Any]:
 
         entry = {
             "iteration": it,
-            "episodes": len(eps),
-            "infrastructure_failures": len(eps) - len(valid),
-            "success_rate": mean(sum(e["success"] for e in valid)),
-            "success_rate_infra_as_failure": (sum(e["success"] for e in valid) / len(eps)) if eps else None,
+            "episodes": rates.episodes,
+            "infrastructure_failures": rates.infrastructure_failures,
+            "success_rate": rates.rate,
+            "success_rate_infra_as_failure": rates.rate_all,
             "mean_llm_calls": mean(sum(e["usage"]["llm_calls"] for e in valid)),
             "mean_acting_calls": mean(sum(c.get("acting", 0) for c in calls)),
             "mean_synthesis_calls": mean(sum(sum(v for k, v in c.items() if k != "acting") for c in calls)),
@@ -226,7 +275,7 @@ def summarise(run_dir: str | Path) -> dict[str, Any]:
 def load_abstractions(setting_dir: str | Path) -> list[Any]:
     """The abstractions a setting's memory stored (inactive ones too), read-only; ``[]``
     when it has no memory. The audit reads them through here, never through the stores."""
-    from ap_gym.memory.store import AbstractionStore, MemoryDB
+    from ap_gym.memory import AbstractionStore, MemoryDB
 
     path = Path(setting_dir) / "memory.sqlite"
     if not path.exists():
@@ -238,9 +287,25 @@ def load_abstractions(setting_dir: str | Path) -> list[Any]:
         db.close()
 
 
+def load_abstraction_vectors(setting_dir: str | Path, ids: Any) -> dict[int, Any]:
+    """The embeddings of stored abstractions by id (read-only): what a skills file carries so
+    that the frozen layer retrieves skills as abstraction memory did."""
+    from ap_gym.memory import AbstractionStore, MemoryDB
+
+    path = Path(setting_dir) / "memory.sqlite"
+    ids = sorted(set(ids))
+    if not path.exists() or not ids:
+        return {}
+    db = MemoryDB(path, readonly=True)
+    try:
+        return dict(zip(ids, AbstractionStore(db).embeddings(ids), strict=True))
+    finally:
+        db.close()
+
+
 def load_records(setting_dir: str | Path, ids: Any) -> dict[int, Any]:
     """Stored trajectory records by id (read-only): the provenance the audit checks against."""
-    from ap_gym.memory.store import MemoryDB, TrajectoryStore
+    from ap_gym.memory import MemoryDB, TrajectoryStore
 
     path = Path(setting_dir) / "memory.sqlite"
     ids = sorted(set(ids))
@@ -256,7 +321,7 @@ def load_records(setting_dir: str | Path, ids: Any) -> dict[int, Any]:
 def load_record_keys(setting_dir: str | Path) -> list[tuple[int, str, int]]:
     """``(record id, task id, iteration)`` of every stored trajectory record (read-only):
     how the viewer links a retrieved record back to the training episode it came from."""
-    from ap_gym.memory.store import MemoryDB
+    from ap_gym.memory import MemoryDB
 
     path = Path(setting_dir) / "memory.sqlite"
     if not path.exists():

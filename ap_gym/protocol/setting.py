@@ -60,6 +60,11 @@ class Resources:
     def _options(self, spec: str) -> dict[str, Any]:
         return dict(self.serving) if spec.startswith(("http://", "https://")) else {}
 
+    def provide(self, spec: str, backbone: Any) -> None:
+        """Use ``backbone`` (an object) wherever the config names ``spec``: a scripted or custom
+        model in a run of the protocol (a study, a test), in this process."""
+        self._backbones[spec] = backbone
+
     def backbone(self, spec: str) -> Any:
         if spec not in self._backbones:
             from ap_gym.backbones import make_backbone
@@ -79,6 +84,12 @@ def needs_backbone(config: RunConfig) -> bool:
     from ap_gym.policies import get_policy
 
     return any("backbone" in get_policy(p.name).needs for p in config.policies)
+
+
+def needs_embedder(config: RunConfig) -> bool:
+    from ap_gym.policies import get_policy
+
+    return any("embedder" in get_policy(p.name).needs for p in config.policies)
 
 
 def scores_candidates(spec: PolicySpec) -> bool:
@@ -123,11 +134,14 @@ def make_env(config: RunConfig, benchmark: str) -> Any:
 
 
 def build_policy(spec: PolicySpec, config: RunConfig, db_path: Path, seed: int, resources: Resources,
-                 *, backbone: Any = None, backbone_label: str | None = None) -> Any:
+                 *, backbone: Any = None, backbone_label: str | None = None, benchmark: str | None = None) -> Any:
     """The policy of ``spec``, given what its registration says it needs; its own options win.
 
     ``backbone`` (an object) or ``backbone_label`` (one of the run's ``backbones``) picks
-    the model; by default the run's single ``backbone``.
+    the model; by default the run's single ``backbone``. A ``judge_backbone`` option names
+    one of the run's judges or backbones (or is a backbone spec); a ``frozen_abstractions``
+    path is a skills file, of which the setting (``benchmark``, backbone, ``seed``) takes
+    its own set (:func:`~ap_gym.protocol.skills.skills_for`).
     """
     from ap_gym.policies import get_policy
 
@@ -147,16 +161,23 @@ def build_policy(spec: PolicySpec, config: RunConfig, db_path: Path, seed: int, 
         name = options["judge_backbone"]
         labels = {**(config.backbones or {}), **(config.judges or {})}
         options["judge_backbone"] = resources.backbone(labels.get(name, name))
+    if isinstance(options.get("frozen_abstractions"), str):
+        from ap_gym.protocol.skills import skills_for
+
+        options["frozen_abstractions"] = skills_for(options["frozen_abstractions"], benchmark or "", backbone_label,
+                                                    seed)
     return info.factory(**{**provided, **options})
 
 
-def run_with_retries(env: Any, policy: Any, task_id: str, seed: int, max_steps: int,
-                     retries: int) -> tuple[Episode, int]:
-    """One episode, re-run up to ``retries`` times while it ends in an infrastructure failure."""
+def run_with_retries(env: Any, policy: Any, task_id: str, seed: int, retries: int) -> tuple[Episode, int]:
+    """One episode, re-run up to ``retries`` times while it ends in an infrastructure failure.
+
+    The step limit is the env's (Gymnasium's ``TimeLimit``, set by :func:`make_env`): applied
+    once, there."""
     from ap_gym.rollout import run_episode
 
     for attempt in range(retries + 1):
-        episode = run_episode(env, policy, task_id=task_id, seed=seed, max_steps=max_steps)
+        episode = run_episode(env, policy, task_id=task_id, seed=seed)
         if episode.termination is not Termination.INFRA:
             return episode, attempt + 1
     return episode, retries + 1

@@ -35,44 +35,26 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
-from ap_gym.envs.base import failed_action
+from ap_gym.protocol.results import load_abstractions, load_benchmark, load_records
+from ap_gym.text import (
+    ACTION_WORDS,
+    Command,
+    Grammar,
+    commands_in,
+    failed_action,
+    normalise_command,
+)
 
-__all__ = ["VERBS", "AnyOf", "AuditRow", "EnvironmentLabeller", "GrammarLabeller", "Invocation", "JudgeLabeller",
-           "Label", "Labeller", "SourceRecord", "audit", "commands_in"]
+__all__ = ["AnyOf", "AuditRow", "EnvironmentLabeller", "Invocation", "JudgeLabeller", "Label", "Labeller",
+           "SettingAudit", "SourceRecord", "audit", "audit_labelled", "audit_setting", "describe_labeller",
+           "rejected_invocations"]
 
-#: Each benchmark's command verbs (the first word of an admissible command).
-VERBS = {
-    "textworld": {"look", "inventory", "go", "take", "drop", "put", "insert", "open", "close", "unlock", "lock",
-                  "examine", "eat", "drink", "cook", "slice", "chop", "dice", "prepare", "read", "north", "south",
-                  "east", "west"},
-    "scienceworld": {"open", "close", "activate", "deactivate", "connect", "disconnect", "use", "look", "read",
-                     "move", "pick", "put", "pour", "dunk", "mix", "go", "teleport", "eat", "flush", "focus",
-                     "wait", "wait1", "inventory", "examine", "task", "plant", "water"},
-    "alfworld": {"go", "take", "put", "move", "open", "close", "toggle", "heat", "cool", "clean", "slice",
-                 "use", "look", "inventory", "examine"},
-    "shop": {"search", "click"},
-}
-VERBS["webshop"] = VERBS["shop"]
-#: Words that make a quoted span an instruction to act: every benchmark's verbs plus the
-#: imperative verbs models write when they invent commands.
-ACTION_WORDS = set().union(*VERBS.values()) | {
-    "grab", "get", "fetch", "walk", "run", "climb", "buy", "purchase", "press", "push", "pull", "turn", "switch",
-    "place", "set", "fill", "boil", "freeze", "wash", "rinse", "select", "add", "find", "catch", "fry", "bake",
-    "microwave", "throw", "carry", "enter", "exit", "leave", "travel", "head", "navigate", "check", "inspect",
-    "grill", "roast", "chill", "warm", "light", "cut", "give", "show", "hold", "collect", "choose", "order",
-}
-_QUOTED = re.compile(r"\"([^\"\n]{1,80})\"|`([^`\n]{1,80})`|\u201c([^\u201d\n]{1,80})\u201d"
-                     r"|\u2018([^\u2019\n]{1,80})\u2019|(?<![\w])'([^'\n]{1,80})'(?![\w])")
-_BRACKETED = re.compile(r"\b([a-z_]+)\[([^\]\n]*)\]", re.I)
 _NUMBERED = re.compile(r"\b([a-z]+) (\d+)\b", re.I)
-_PRODUCT = re.compile(r"\bb0[a-z0-9]{8}\b", re.I)
-_NEGATION = re.compile(r"\b(?:never|don't|do not|dont|avoid|not|instead of|rather than|no need to)\b", re.I)
-_CLAUSE = re.compile(r"[.;!?](?=\s|$)")
 _FUNCTION_WORDS = {"to", "from", "with", "in", "on", "into", "the", "a", "an", "at", "under", "of", "for", "by",
                    "around", "up", "down", "out", "onto", "off", "some", "your", "my", "and", "then", "it"}
-
 
 
 @dataclass(frozen=True)
@@ -85,7 +67,7 @@ class SourceRecord:
 
     @classmethod
     def of(cls, record: Any) -> SourceRecord:
-        """From a stored :class:`~ap_gym.memory.store.Record` (or a mapping like one)."""
+        """From a stored :class:`~ap_gym.memory.Record` (or a mapping like one)."""
         get = record.get if isinstance(record, Mapping) else lambda k, d=None: getattr(record, k, d)
         steps = []
         for s in get("steps", []) or []:
@@ -114,86 +96,50 @@ class Labeller(Protocol):
 
 
 @dataclass(frozen=True)
-class Command:
-    text: str          # normalised: lower case, single spaces
-    verb: str
-    negated: bool
-    bracketed: bool
-
-
-def _norm(text: str) -> str:
-    text = " ".join(text.lower().split()).strip(" .,:;!?")
-    m = re.match(r"^put (.+?) (?:in/on|in|on|into|onto) (.+)$", text)  # ALFWorld's old syntax
-    return f"move {m.group(1)} to {m.group(2)}" if m else text
-
-
-def commands_in(text: str) -> list[Command]:
-    """The commands an abstraction quotes (see the module docstring), with whether each
-    sits in a negated clause."""
-    found: list[Command] = []
-    start = 0
-    for clause_end in [m.start() for m in _CLAUSE.finditer(text)] + [len(text)]:
-        clause = text[start:clause_end + 1]
-        spans: list[tuple[int, str, bool]] = []
-        for m in _QUOTED.finditer(clause):
-            inner = next(g for g in m.groups() if g is not None).strip()
-            spans.append((m.start(), inner, bool(_BRACKETED.fullmatch(inner))))
-        for m in _BRACKETED.finditer(clause):
-            if not any(s <= m.start() < s + len(t) + 2 for s, t, _ in spans):
-                spans.append((m.start(), m.group(0), True))
-        for pos, inner, bracketed in sorted(spans):
-            if bracketed:
-                verb = _BRACKETED.fullmatch(inner).group(1).lower()  # type: ignore[union-attr]
-            else:
-                words = inner.lower().split()
-                if not words or words[0] not in ACTION_WORDS or len(words) > 10:
-                    continue  # an object, a name or a query: not a command
-                verb = words[0]
-            negated = bool(_NEGATION.search(clause[:pos]))
-            found.append(Command(_norm(inner), verb, negated, bracketed))
-        start = clause_end + 1
-    return found
-
-
-@dataclass(frozen=True)
 class EnvironmentLabeller:
-    """The built-in protocol: grammar, absent objects, contradicted claims (module docstring)."""
+    """The built-in protocol: grammar, absent objects, contradicted claims (module docstring).
 
-    benchmark: str
+    Args:
+        grammar: the benchmark's command grammar, as its env declares it (the run records
+            it per setting); ``None``: no grammar check (objects and claims still are).
+    """
+
+    grammar: Grammar | None = None
 
     def __call__(self, text: str, sources: Sequence[SourceRecord] = ()) -> Label:
         reasons: list[str] = []
-        verbs = VERBS.get(self.benchmark)
         commands = commands_in(text)
-        shop = self.benchmark in ("shop", "webshop")
-        if verbs:
+        grammar = self.grammar
+        if grammar is not None:
             for c in commands:
-                if c.verb not in verbs or (shop and not c.bracketed):
-                    reasons.append(f"grammar: {c.text!r} is not a {self.benchmark} command")
+                if c.verb not in grammar.verbs or (grammar.bracketed and not c.bracketed):
+                    reasons.append(f"grammar: {c.text!r} is not a command of this benchmark")
         if sources:
             world = " ".join(s.text() for s in sources)
-            reasons += self._absent(text, commands, world, shop)
+            reasons += self._absent(text, commands, world)
             reasons += self._contradicted(commands, sources)
         return Label(bool(reasons), tuple(dict.fromkeys(reasons)))
 
-    def _absent(self, text: str, commands: list[Command], world: str, shop: bool) -> list[str]:
+    def _absent(self, text: str, commands: list[Command], world: str) -> list[str]:
+        grammar = self.grammar or Grammar(frozenset())
         out = []
-        if self.benchmark == "alfworld":
+        if grammar.numbered_objects:
             for name, number in _NUMBERED.findall(text):
                 obj = f"{name.lower()} {number}"
                 if obj not in world:
                     out.append(f"absent: {obj!r} is in no source record's world")
-        if shop:
-            for pid in _PRODUCT.findall(text):
-                if pid.lower() not in world:
-                    out.append(f"absent: product {pid} is in no source record")
+        if grammar.ids:
+            for item in re.findall(grammar.ids, text, re.I):
+                if item.lower() not in world:
+                    out.append(f"absent: item {item} is in no source record")
+        if grammar.bracketed:
             for c in commands:
                 target = c.text[c.text.index("[") + 1:-1].strip() if c.verb == "click" and "[" in c.text else None
                 if target and f"[{target}]" not in world and target not in world:
                     out.append(f"absent: no source record shows a {target!r} button")
             return out
         for c in commands:
-            if self.benchmark == "alfworld" or c.bracketed:
+            if grammar.numbered_objects or c.bracketed:
                 continue
             words = [w for w in re.findall(r"[a-z]+", c.text)[1:] if w not in _FUNCTION_WORDS]
             missing = [w for w in words if w not in world and w not in ACTION_WORDS]
@@ -206,7 +152,7 @@ class EnvironmentLabeller:
         out = []
         for c in commands:
             results = [(s.success, failed_action(o)) for s in sources for a, o in s.steps
-                       if _norm(a) == c.text]
+                       if normalise_command(a) == c.text]
             if not results:
                 continue
             if not c.negated and all(failed for _, failed in results):
@@ -214,10 +160,6 @@ class EnvironmentLabeller:
             if c.negated and any(success and not failed for success, failed in results):
                 out.append(f"contradicted: forbids {c.text!r}, which a successful source record used")
         return out
-
-
-#: The labeller's name before it checked objects and claims; the same protocol now.
-GrammarLabeller = EnvironmentLabeller
 
 
 @dataclass(frozen=True)
@@ -237,7 +179,7 @@ class JudgeLabeller:
 
     def __call__(self, text: str, sources: Sequence[SourceRecord] = ()) -> Label:
         from ap_gym.backbones.base import GenerationConfig
-        from ap_gym.policies.prompting import load_prompt
+        from ap_gym.prompts import load_prompt
 
         records = "\n\n".join(
             f"[{i + 1}] Task: {s.instruction}\nOutcome: {'success' if s.success else 'failure'}\n"
@@ -320,6 +262,26 @@ class AuditRow:
         return self.admitted_invocations / self.invocations if self.invocations else float("nan")
 
 
+def _label(labeller: Callable[..., Any], text: str, sources: Sequence[SourceRecord]) -> Label:
+    try:
+        result = labeller(text, list(sources))
+    except TypeError:  # a plain (text) -> bool labeller
+        result = labeller(text)
+    return result if isinstance(result, Label) else Label(bool(result))
+
+
+def describe_labeller(labeller: Any) -> str:
+    """How a labeller is named in reports: its class and, for a judge, its model."""
+    if isinstance(labeller, AnyOf):
+        return " or ".join(describe_labeller(x) for x in labeller.labellers)
+    if isinstance(labeller, JudgeLabeller):
+        return f"JudgeLabeller({getattr(labeller.backbone, 'identity', '?')})"
+    if isinstance(labeller, EnvironmentLabeller):
+        return "EnvironmentLabeller" + (" (the env declares no grammar: no grammar check)" if labeller.grammar is None
+                                        else "")
+    return str(getattr(labeller, "__name__", type(labeller).__name__))
+
+
 def audit(setting: str, abstractions: Sequence[Any], labeller: Callable[..., Any], rejected: int | Iterable[Invocation] = 0,
           sources: Mapping[int, SourceRecord] | None = None) -> AuditRow:
     """The audit row of one setting.
@@ -331,14 +293,17 @@ def audit(setting: str, abstractions: Sequence[Any], labeller: Callable[..., Any
             when their parents are unknown: they then count as unexposed).
         sources: the records by id, for labellers that check provenance.
     """
+    return audit_labelled(setting, abstractions, labeller, rejected, sources)[0]
+
+
+def audit_labelled(setting: str, abstractions: Sequence[Any], labeller: Callable[..., Any],
+                   rejected: int | Iterable[Invocation] = 0, sources: Mapping[int, SourceRecord] | None = None
+                   ) -> tuple[AuditRow, dict[int, Label]]:
+    """:func:`audit`, and each stored abstraction's label (each text is labelled once)."""
     sources = sources or {}
 
     def label(text: str, source_ids: Sequence[int]) -> Label:
-        try:
-            result = labeller(text, [sources[i] for i in source_ids if i in sources])
-        except TypeError:  # a plain (text) -> bool labeller
-            result = labeller(text)
-        return result if isinstance(result, Label) else Label(bool(result))
+        return _label(labeller, text, [sources[i] for i in source_ids if i in sources])
 
     labels = {a.id: label(a.text, a.sources) for a in abstractions}
     flags = {i: lab.flagged for i, lab in labels.items()}
@@ -359,7 +324,7 @@ def audit(setting: str, abstractions: Sequence[Any], labeller: Callable[..., Any
     for lab in labels.values():
         for kind in {r.split(":")[0] for r in lab.reasons}:
             reasons[kind] = reasons.get(kind, 0) + 1
-    return AuditRow(
+    row = AuditRow(
         setting=setting,
         abstractions=len(abstractions),
         flagged=sum(flags.values()),
@@ -374,3 +339,56 @@ def audit(setting: str, abstractions: Sequence[Any], labeller: Callable[..., Any
         admitted_invocations=len(abstractions),
         reasons=reasons,
     )
+    return row, labels
+
+
+def rejected_invocations(lines: Iterable[Mapping[str, Any]]) -> list[Invocation]:
+    """The synthesis invocations an admission filter rejected, from a setting's episode lines."""
+    out = []
+    for x in lines:
+        info = x.get("policy_info")
+        for item in (info.get("rejected_abstractions") or []) if isinstance(info, Mapping) else []:
+            if isinstance(item, Mapping):
+                out.append(Invocation(str(item.get("text") or ""), tuple(_ints(item.get("parents"))), False,
+                                      tuple(_ints(item.get("sources")))))
+            else:
+                out.append(Invocation(str(item), (), False))
+    return out
+
+
+def _ints(value: Any) -> list[int]:
+    return [int(v) for v in value if isinstance(v, int)] if isinstance(value, list | tuple) else []
+
+
+@dataclass(frozen=True)
+class SettingAudit:
+    """One setting's audit: the row, each stored abstraction's label, and the labeller used."""
+
+    row: AuditRow
+    stored: Sequence[Any]
+    labels: Mapping[int, Label]
+    labeller: str
+
+
+def audit_setting(directory: str | Path, lines: Iterable[Mapping[str, Any]], name: str,
+                  labeller: Labeller | None = None) -> SettingAudit | None:
+    """Audit one setting from its results: its stored abstractions (inactive ones too), the
+    rejected invocations in its episode ``lines``, the source records they cite, labelled by
+    ``labeller`` (default: :class:`EnvironmentLabeller` with the grammar its run recorded).
+    ``None`` when the setting stored and rejected nothing. ``ap-gym report`` and ``ap-gym
+    view`` both audit through here.
+
+    Raises:
+        StoreError: the setting's memory cannot be read.
+    """
+    stored = load_abstractions(directory)
+    rejected = rejected_invocations(lines)
+    if not stored and not rejected:
+        return None
+    if labeller is None:
+        grammar = load_benchmark(directory).get("grammar")
+        labeller = EnvironmentLabeller(Grammar.from_dict(grammar) if isinstance(grammar, Mapping) else None)
+    ids = {i for a in stored for i in a.sources} | {i for inv in rejected for i in inv.sources}
+    records = {i: SourceRecord.of(r) for i, r in load_records(directory, ids).items()}
+    row, labels = audit_labelled(name, stored, labeller, rejected, records)
+    return SettingAudit(row, stored, labels, describe_labeller(labeller))

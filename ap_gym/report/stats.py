@@ -1,18 +1,39 @@
-"""Setting-level statistics, labelled exploratory as in the paper.
+"""Statistics the report and the viewer share: intervals and setting-level tests.
 
-Per baseline: the paired differences (method - baseline, in points) over settings; their
-mean, the count of positive differences, a 95 % t-interval, a paired t-test and a
-Wilcoxon signed-rank test (scipy), with Holm's correction applied within each test
-family (all t-tests together, all Wilcoxon tests together).
+* :func:`wilson`: the 95 % Wilson interval of a success rate (honest at 0/n and n/n).
+* :func:`mean_std`: a mean and a sample standard deviation (over seeds).
+* :func:`paired_stats`: setting-level statistics, labelled exploratory as in the paper.
+  Per baseline: the paired differences (method - baseline, in points) over settings;
+  their mean, the count of positive differences, a 95 % t-interval, a paired t-test and a
+  Wilcoxon signed-rank test (scipy), with Holm's correction applied within each test
+  family (all t-tests together, all Wilcoxon tests together).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["PairedStats", "holm", "paired_stats"]
+__all__ = ["PairedStats", "holm", "mean_std", "paired_stats", "wilson"]
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """The Wilson interval of ``successes`` out of ``n`` (``None`` when ``n`` is 0)."""
+    if n <= 0:
+        return None
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0.0 for one value; NaN for none)."""
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
 @dataclass(frozen=True)

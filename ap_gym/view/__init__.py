@@ -69,31 +69,23 @@ class Viewer:
         return {"settings": settings, "curves": curves(settings), "facets": ix.facets(), "filters": list(FILTERS)}
 
     def report(self, k: int) -> dict[str, Any]:
-        """The statistics and audit tables of ``ap-gym report`` for this run (computed once,
-        into the index's directory, and reused while the run is unchanged)."""
+        """The tables of ``ap-gym report`` for this run (the same :class:`~ap_gym.report.Table`
+        objects, computed once and kept while the viewer runs)."""
         if k not in self._reports:
-            import csv
+            from ap_gym.report import collect, report_tables
 
-            from ap_gym.report import write_report
-
-            ix = self.index(k)
-            out = ix.path.parent / "report"
-            stamp = out / ".signature"
-            signature = ix.conn.execute("SELECT value FROM meta WHERE key='signature'").fetchone()[0]
-            if not stamp.exists() or stamp.read_text() != signature:
-                write_report([ix.run], out=out)
-                stamp.write_text(signature)
-            tables = []
-            for name in ("final_success", "stats", "stats_other", "llm_calls", "modes", "denominators", "audit",
-                         "same_task"):
-                path = out / f"{name}.csv"
-                if path.exists():
-                    with open(path, newline="") as f:
-                        rows = list(csv.reader(f))
-                    if rows:
-                        tables.append({"name": name, "header": rows[0], "rows": rows[1:]})
-            self._reports[k] = {"tables": tables}
+            tables = report_tables(collect([self.index(k).run]))
+            self._reports[k] = {"tables": [{"name": t.name, "title": t.title, "header": t.header,
+                                            "rows": [[_cell(v) for v in row] for row in t.rows]}
+                                           for t in tables if t.header]}
         return self._reports[k]
+
+
+def _cell(value: Any) -> Any:
+    """A table cell as JSON: NaN and infinities are not numbers JSON can carry."""
+    import math
+
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def serve(runs: Sequence[str | Path], host: str = "127.0.0.1", port: int = 0, open_browser: bool = False,

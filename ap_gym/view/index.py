@@ -35,12 +35,12 @@ from ap_gym.protocol.results import (
     load_abstractions,
     load_config,
     load_record_keys,
-    load_records,
     setting_dirs,
     setting_key,
 )
+from ap_gym.report.stats import wilson
 
-__all__ = ["FILTERS", "RunIndex", "wilson"]
+__all__ = ["FILTERS", "RunIndex"]
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +72,6 @@ CREATE TABLE seen (setting TEXT NOT NULL, abstraction_id INTEGER NOT NULL, episo
 CREATE INDEX seen_by ON seen (setting, abstraction_id);
 CREATE TABLE audits (setting TEXT PRIMARY KEY, row TEXT NOT NULL);
 """
-
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
-    """95 % Wilson interval of a success rate: honest at 0/n and n/n, where the normal one is not."""
-    if n <= 0:
-        return None
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _mean_ci(total: float, squares: float, n: int) -> tuple[float | None, tuple[float, float] | None]:
@@ -271,30 +261,26 @@ class RunIndex:
     def _index_abstractions(self, conn: sqlite3.Connection, directory: Path, setting: str, stored: list[Any],
                             rejected: list[Any]) -> None:
         """Label every stored abstraction and audit the setting as ``ap-gym report`` does
-        (rejected invocations count in q, alpha and eta)."""
-        from ap_gym.report.audit import EnvironmentLabeller, Invocation, SourceRecord, audit
+        (:func:`~ap_gym.report.audit.audit_setting`: rejected invocations count in q, alpha, eta)."""
+        from ap_gym.report.audit import audit_setting
 
-        benchmark = setting.split("/")[0]
-        invocations = [Invocation(str(item.get("text", "")), tuple(item.get("parents", ())), False,
-                                  tuple(item.get("sources", ()))) if isinstance(item, Mapping)
-                       else Invocation(str(item), (), False) for item in rejected]
-        ids = {i for a in stored for i in a.sources} | {i for inv in invocations for i in inv.sources}
-        records = {i: SourceRecord.of(r) for i, r in load_records(directory, ids).items()}
-        labeller = EnvironmentLabeller(benchmark)
+        result = audit_setting(directory, [{"policy_info": {"rejected_abstractions": rejected}}], setting)
+        if result is None:
+            return
         record_episode = dict(conn.execute("SELECT record_id, episode_id FROM records WHERE setting=?", (setting,)))
-        for a in stored:
-            label = labeller(a.text, [records[i] for i in a.sources if i in records])
+        for a in result.stored:
+            label = result.labels[a.id]
             conn.execute("INSERT INTO abstractions VALUES (?,?,?,?,?,?,?,?,?,?)",
                          (setting, a.id, a.text, a.kind, a.iteration, int(a.active), int(label.flagged),
                           json.dumps(list(label.reasons)),
                           json.dumps([{"record": i, "episode": record_episode.get(i)} for i in a.sources]),
                           json.dumps(list(a.parents))))
-        row = audit(setting, stored, labeller, invocations, records)
+        row = result.row
         conn.execute("INSERT INTO audits VALUES (?, ?)", (setting, json.dumps({
             "abstractions": row.abstractions, "flagged": row.flagged, "q": _finite(row.q), "alpha": _finite(row.alpha),
             "eta": _finite(row.eta), "invocations": row.invocations, "exposed_invocations": row.exposed_invocations,
             "flagged_exposed_invocations": row.flagged_exposed_invocations,
-            "admitted_invocations": row.admitted_invocations})))
+            "admitted_invocations": row.admitted_invocations, "labeller": result.labeller})))
 
     # -- reading ----------------------------------------------------------------------
     def settings(self) -> list[dict[str, Any]]:

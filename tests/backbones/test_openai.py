@@ -140,7 +140,7 @@ def test_a_server_that_cannot_score_is_refused_at_the_start(tiny_backbone):
         if getattr(route, "path", "") in ("/v1/models", "/v1/chat/completions"):
             chat_only.router.routes.append(route)
     server.app = chat_only
-    server._config.app = server._config.app.__class__(chat_only, 30.0)
+    server._config.app = server._config.app.__class__(chat_only, 30.0, 1 << 20)
     server.start()
     try:
         client = OpenAIBackbone(server.url)

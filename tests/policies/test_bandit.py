@@ -5,7 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from ap_gym.memory.store import LogEntry
+from ap_gym.memory import LogEntry
 from ap_gym.policies.bandit import MODES, BanditConfig, ModeBandit, mode_reward
 
 

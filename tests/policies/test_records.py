@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ap_gym.memory.store import Record
-from ap_gym.policies.memory import count_tokens, failed_action, format_record
+from ap_gym.memory import Record
+from ap_gym.policies.records import format_record
+from ap_gym.text import count_tokens, failed_action
 
 
 def record(n_middle: int, success: bool = False) -> Record:

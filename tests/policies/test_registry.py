@@ -58,3 +58,51 @@ def test_bad_registrations_and_names_are_refused():
         register_policy("x", supports=("training",))
     with pytest.raises(ValueError, match="unknown policy 'nope'.*register_policy"):
         make_policy("nope")
+
+
+def test_a_taken_name_is_refused_and_the_same_object_is_welcome_again():
+    from ap_gym.policies import RandomPolicy
+
+    with pytest.raises(ValueError, match=r"'trajectory' is taken by ap_gym\.policies\.trajectory:TrajectoryMemory"):
+        register_policy("trajectory")(Seeded)
+    register_policy("random", needs=("seed",))(RandomPolicy)  # a module imported twice: nothing changes
+    assert get_policy("random").factory is RandomPolicy and get_policy("trajectory").factory.__name__ == \
+        "TrajectoryMemory"
+
+
+def test_a_new_design_is_one_class_and_its_retrieval_reaches_the_record(tiny_backbone, embedder, tmp_path):
+    """One dataclass, one decorator: a policy with options, whose retrieved records are in
+    the episode's decision record (what the viewer links) without a word from the design."""
+    from dataclasses import dataclass
+
+    import ap_gym
+    from ap_gym.policies import register_design
+    from tests.helpers import TINY_AGENT, Counter
+
+    @register_design("test_recent_two")
+    @dataclass(frozen=True)
+    class RecentTwo:
+        """Shows the two most similar records as plain text."""
+
+        k: int = 2
+
+        def guidance(self, task):
+            hits = task.memory.retrieve_records(task.vec, self.k)
+            return [("Recent", task.records_text([r for r, _ in hits]))] if hits else []
+
+        def learn(self, task, episode, record_id):
+            pass
+
+    info = get_policy("test_recent_two")
+    assert info.stateful and info.learns and info.description == "Shows the two most similar records as plain text."
+    with pytest.raises(ValueError, match="unknown option"):
+        info.check_options({"kk": 1})
+    policy = make_policy("test_recent_two", tiny_backbone, embedder=embedder, db_path=tmp_path / "m.sqlite", k=1,
+                         agent=TINY_AGENT["agent"])
+    env = Counter()
+    first = ap_gym.run_episode(env, policy.train(), task_id="c/1", max_steps=2)
+    second = ap_gym.run_episode(env, policy, task_id="c/2", max_steps=2)
+    assert first.policy_info["retrieved_records"] == [] and len(second.policy_info["retrieved_records"]) == 1
+    assert second.policy_info["similarities"][0] > 0.5 and "## Recent" in second.policy_info["guidance"]
+    assert policy.spec()["options"]["k"] == 1
+    policy.close()

@@ -64,3 +64,32 @@ def test_a_moved_run_resumes_and_a_different_one_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="different config"):
         run(RunConfig.from_dict({**data, "out": str(moved), "max_steps": 4}), progress=False)
     assert json.loads((moved / "t" / "config.json").read_text())["config"]["max_steps"] == 3
+
+
+@pytest.mark.parametrize(("options", "path", "valid"), [
+    ({"agnet": {"action_mode": "react"}}, r"policies\.0\.options\.agnet", r"agent, memory"),
+    ({"memory": {"budgt": 3}}, r"policies\.0\.options\.memory\.budgt", r"budget, record_tokens"),
+    ({"agent": {"action_mode": "generat"}}, r"policies\.0\.options\.agent\.action_mode", r"'choose', 'generate'"),
+    ({"bandit": {"lam": "a lot"}}, r"policies\.0\.options\.bandit\.lam", r"valid number"),
+    ({"fixed_mode": "imitate"}, r"policies\.0\.options\.fixed_mode", r"'imitation'"),
+    ({"agent": {"generation": {"max_new_tokens": 0}}}, r"agent\.generation\.max_new_tokens", r"greater than"),
+])
+def test_a_misspelled_option_at_any_depth_is_refused_before_anything_is_written(tmp_path, options, path, valid):
+    data = config(tmp_path, policies=[{"name": "anti_persistence", "options": options}])
+    with pytest.raises(ConfigError, match=f"{path}.*{valid}"):
+        run(RunConfig.from_dict(data), progress=False)
+    assert not (tmp_path / "t").exists()  # nothing written
+
+
+def test_a_policy_needing_a_walkthrough_is_refused_with_an_env_that_has_none(tmp_path):
+    """It used to crash after the first setting, with advice that did not fit."""
+    import gymnasium as gym
+
+    from tests.helpers import Counter
+
+    if "tests/Counter-v0" not in gym.registry:
+        gym.register("tests/Counter-v0", entry_point=Counter, max_episode_steps=10)
+    with pytest.raises(ConfigError, match=r"'walkthrough' needs walkthrough, which tests/Counter-v0 \(Counter\)"):
+        RunConfig.from_dict(config(tmp_path, benchmarks=["tests/Counter-v0"],
+                                   policies=[{"name": "random"}, {"name": "walkthrough"}]))
+    RunConfig.from_dict(config(tmp_path, benchmarks=["tests/Counter-v0"], policies=[{"name": "random"}]))

@@ -5,9 +5,11 @@ import math
 import pytest
 from scipy import stats
 
-from ap_gym.memory.store import Abstraction
-from ap_gym.report.audit import EnvironmentLabeller, Invocation, SourceRecord, audit, commands_in
+from ap_gym.memory import Abstraction
+from ap_gym.report.audit import Invocation, SourceRecord, audit
 from ap_gym.report.stats import holm, paired_stats
+from ap_gym.text import commands_in
+from tests.helpers import labeller_for
 
 
 def test_holm_against_a_hand_computed_case():
@@ -35,17 +37,17 @@ def test_paired_statistics_match_scipy():
 
 
 def test_grammar_rule_reads_commands_not_style():
-    label = EnvironmentLabeller("scienceworld")
+    label = labeller_for("scienceworld")
     assert label('Always "grab the thermometer" first.').flagged
     assert not label('Use "pick up thermometer" then "focus on water".').flagged
     assert not label("Heat the water slowly.").flagged  # nothing quoted: not flagged (not "correct")
-    assert EnvironmentLabeller("textworld")("Type `teleport to kitchen`.").flagged
-    alf = EnvironmentLabeller("alfworld")
+    assert labeller_for("textworld")("Type `teleport to kitchen`.").flagged
+    alf = labeller_for("alfworld")
     # apostrophes inside words open no quote; quoted objects and queries are not commands
     assert not alf("Don't open the fridge if it's closed; use 'cool apple 1 with fridge 1'.").flagged
     assert not alf("Check the 'countertop' and the 'diningtable' first.").flagged
-    assert not EnvironmentLabeller("shop")("Search for 'waterproof hiking boots' with search[boots].").flagged
-    assert EnvironmentLabeller("shop")("Buy with 'purchase[b0abc12345]'.").flagged
+    assert not labeller_for("shop")("Search for 'waterproof hiking boots' with search[boots].").flagged
+    assert labeller_for("shop")("Buy with 'purchase[b0abc12345]'.").flagged
     assert [c.negated for c in commands_in("Use 'take keycard', not 'take key'.")] == [False, True]
 
 
@@ -54,13 +56,13 @@ def test_objects_and_claims_are_checked_against_the_source_records():
                                             ("heat egg 1 with stoveburner 1", "Nothing happens.")), False)
     won = SourceRecord("heat some egg", (("heat egg 1 with microwave 1", "You heat the egg 1 using the microwave 1."),),
                        True)
-    alf = EnvironmentLabeller("alfworld")
+    alf = labeller_for("alfworld")
     assert alf("Use 'heat egg 1 with stoveburner 1'.", [failed]).reasons[0].startswith("contradicted")
     assert alf("Never use 'heat egg 1 with microwave 1'.", [won]).reasons[0].startswith("contradicted: forbids")
     assert alf("Look in drawer 7 first.", [won]).reasons[0].startswith("absent")
     assert not alf("Use 'heat egg 1 with microwave 1'.", [won, failed]).flagged
     assert not alf("Look in drawer 7 first.").flagged  # no provenance: nothing to check against
-    sw = EnvironmentLabeller("scienceworld")
+    sw = labeller_for("scienceworld")
     frog = SourceRecord("find an animal", (("focus on frog", "You focus on the frog."),), True)
     assert sw("Use 'focus on dog'.", [frog]).flagged and not sw("Use 'focus on frog'.", [frog]).flagged
 
@@ -79,7 +81,7 @@ def test_the_fixture_set_is_labelled_and_the_labeller_measured_on_it():
     assert len(items) >= 60 and {x["benchmark"] for x in items} == {"alfworld", "scienceworld", "textworld", "shop"}
     assert all(x["reason"] and isinstance(x["erroneous"], bool) for x in items)
     assert len({x["id"] for x in items}) == len(items)
-    rows = [(x["erroneous"], EnvironmentLabeller(x["benchmark"])(x["text"], [sources[s] for s in x["sources"]]).flagged)
+    rows = [(x["erroneous"], labeller_for(x["benchmark"])(x["text"], [sources[s] for s in x["sources"]]).flagged)
             for x in items]
     score = module.score(rows)
     assert score["tp"] + score["fn"] == sum(x["erroneous"] for x in items)

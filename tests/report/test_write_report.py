@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from ap_gym.cli import main
 from ap_gym.protocol import RunConfig, run
 from ap_gym.report import write_report
-from tests.helpers import TINY_AGENT, config
+from tests.helpers import TINY_AGENT, config, synthetic_run
 
 
 @pytest.fixture(scope="module")
@@ -23,25 +24,50 @@ def tiny_run(tmp_path_factory):
                                           train_per_iter=4, heldout=4)), progress=False)
 
 
+def rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def test_report_writes_every_table_and_a_png(tiny_run):
     out = write_report([tiny_run])
     text = (out / "report.md").read_text()
-    for heading in ("Table 1: final held-out success", "Denominators", "LLM calls and trajectory length",
-                    "Success per task family", "anti_persistence mode usage", "Table 2: discard versus persist",
+    for heading in ("Table 1: final held-out success", "Table 1b: final held-out success", "Denominators",
+                    "Table 6: LLM calls, trajectory length and score", "Success per task family",
+                    "anti_persistence mode usage per setting", "Table 2: discard versus persist",
                     "Setting-level statistics (exploratory)", "Error-reproduction audit"):
-        assert f"## {heading}" in text
-    # the stand-in says so under every table
-    assert text.count("**shop**: Shop, ap-gym's self-contained stand-in for WebShop") >= 6
+        assert f"## {heading}" in text, heading
+    # the stand-in says so under Table 1 (both rates) and the denominators; the embedder is named
+    assert text.count("**shop**: Shop, ap-gym's self-contained stand-in for WebShop") >= 3
+    assert "Embedder: t: all-MiniLM-L6-v2" in text
     # the Holm family is the paper's comparisons; no_memory and the persist ablation are outside it
-    assert [r.split(",")[0] for r in (out / "stats.csv").read_text().splitlines()[1:]] == ["abstraction"]
-    assert {r.split(",")[0] for r in (out / "stats_other.csv").read_text().splitlines()[1:]} == {"no_memory", "ap_persist"}
-    for table in ("final_success", "llm_calls", "per_family", "modes", "discard_vs_persist", "stats", "audit"):
-        assert (out / f"{table}.csv").read_text().count("\n") >= 2
-    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    audit_rows = (out / "audit.csv").read_text().splitlines()[1:]
-    assert {r.split(",")[0].split("/")[1] for r in audit_rows} == {"abstraction", "ap_persist"}  # AP stores none
-    final = (out / "final_success.csv").read_text()
-    assert "shop @ tiny-llama(seed=0)" in final and "anti_persistence" in final
+    assert [r["baseline"] for r in rows(out / "stats.csv")] == ["abstraction"]
+    assert {r["baseline"] for r in rows(out / "stats_other.csv")} == {"no_memory", "ap_persist"}
+    for table in ("final_success", "final_success_all", "llm_calls", "per_family", "modes", "discard_vs_persist",
+                  "stats", "audit"):
+        assert len(rows(out / f"{table}.csv")) >= 1, table
+    for name in ("curves.png", "success_vs_cost.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert {r["setting"].split("/")[1] for r in rows(out / "audit.csv")} == {"abstraction", "ap_persist"}
+    final = {(r["method"], r["setting"]): r for r in rows(out / "final_success.csv")}
+    cell = final[("anti_persistence", "shop @ tiny-llama(seed=0)")]
+    assert 0 <= float(cell["success_mean"]) <= 100 and float(cell["success_std"]) >= 0 and cell["seeds"] == "2"
+    calls = rows(out / "llm_calls.csv")
+    assert all(float(r["llm_calls_mean"]) >= 0 and r["score_mean"] for r in calls)  # numbers, a score column
+    modes = rows(out / "modes.csv")
+    assert {r["setting"] for r in modes} == {"shop @ tiny-llama(seed=0)"} and {r["phase"] for r in modes} == {
+        "train", "eval"}
+    assert "†" not in text.split("## Table 1:")[1].split("##")[0]  # the tiny run's agents generate
+
+
+def test_two_runs_sharing_a_label_are_never_merged(tmp_path):
+    """A 90 % run and a 30 % run of one label were once reported as one 60 % cell."""
+    a = synthetic_run(tmp_path, "a", {"anti_persistence": [True] * 9 + [False]})
+    b = synthetic_run(tmp_path, "b", {"anti_persistence": [True] * 3 + [False] * 7})
+    out = write_report([a, b], out=tmp_path / "report")
+    final = {r["method"]: float(r["success_mean"]) for r in rows(out / "final_success.csv")}
+    assert final == {"anti_persistence [a]": 90.0, "anti_persistence [b]": 30.0}
+    assert "60.0" not in (out / "report.md").read_text().split("## Table 1:")[1].split("##")[0]
 
 
 def test_a_setting_whose_memory_cannot_be_read_is_named_not_dropped(tiny_run, tmp_path):
@@ -49,16 +75,16 @@ def test_a_setting_whose_memory_cannot_be_read_is_named_not_dropped(tiny_run, tm
     so a damaged store looked like a method that stored nothing."""
     import shutil
 
-    run = tmp_path / "run"
-    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("report", "r2"))
-    damaged = run / "shop" / "abstraction" / "seed0" / "memory.sqlite"
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run, run_dir, ignore=shutil.ignore_patterns("report", "r2"))
+    damaged = run_dir / "shop" / "abstraction" / "seed0" / "memory.sqlite"
     assert damaged.exists()
     damaged.write_bytes(b"\0" * damaged.stat().st_size)
-    out = write_report([run], out=tmp_path / "report")
+    out = write_report([run_dir], out=tmp_path / "report")
     text = (out / "report.md").read_text()
     assert "Settings whose memory could not be read (not audited)" in text
     assert "- shop/abstraction/seed0: " in text
-    audited = {r.split(",")[0] for r in (out / "audit.csv").read_text().splitlines()[1:]}
+    audited = {r["setting"] for r in rows(out / "audit.csv")}
     assert "shop/abstraction/seed1" in audited and "shop/abstraction/seed0" not in audited
 
 
@@ -69,6 +95,48 @@ def test_cli_report_and_run_table(tiny_run, capsys):
     assert len(summary["final"]) == 4 * 2
 
 
+class Overflowing:
+    """A scripted backbone whose context overflows on long prompts, as a server's 400 would say."""
+
+    identity = "overflowing"
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def generate(self, messages, config=None):
+        from ap_gym.backbones.base import Completion
+        from ap_gym.errors import PromptRejected
+
+        if sum(len(m["content"]) for m in messages) > self.limit:
+            raise PromptRejected("This model's maximum context length is exceeded (HTTP 400)")
+        return Completion("search[shoes]", 1, 1, 0.0)
+
+    def generate_batch(self, batch, config=None):
+        return [self.generate(m, config) for m in batch]
+
+    def score(self, messages, candidates, reduction="sum"):
+        raise NotImplementedError
+
+    def describe(self):
+        return {"identity": self.identity}
+
+
+def test_a_context_overflow_is_the_methods_failure_not_an_exclusion(tmp_path):
+    from ap_gym.protocol.loop import Runner
+
+    data = config(tmp_path, benchmarks=["shop"], backbone="overflowing", iterations=1, train_per_iter=0, heldout=4,
+                  max_steps=4, policies=[{"name": "no_memory", "options": {"agent": {"action_mode": "generate"}}}])
+    runner = Runner(RunConfig.from_dict(data))
+    runner.resources.provide("overflowing", Overflowing(limit=1200))  # the first steps fit, later ones do not
+    run_dir = runner.run(progress=False)
+    out = write_report([run_dir], out=tmp_path / "report")
+    (denominators,) = rows(out / "denominators.csv")
+    assert denominators["prompts_rejected"] == "4" and denominators["infrastructure_failures"] == "0"
+    assert float(denominators["success_rate"]) == 0.0  # in the rate, as failures
+    lines = [json.loads(x) for x in (run_dir / "shop/no_memory/seed0/episodes.jsonl").read_text().splitlines()]
+    assert {x["termination"] for x in lines} == {"prompt_rejected"} and all(x["num_steps"] >= 1 for x in lines)
+
+
 @pytest.mark.slow
 def test_the_demo_run_shows_its_range_and_says_what_it_shows(tmp_path):
     """make demo's first part (benchmarks/smoke.yaml, the tiny backbone here): the floors run
@@ -76,10 +144,10 @@ def test_the_demo_run_shows_its_range_and_says_what_it_shows(tmp_path):
     from pathlib import Path
 
     smoke = Path(__file__).resolve().parents[2] / "benchmarks" / "smoke.yaml"
-    config = RunConfig.from_file(smoke, backbone="tiny", out=str(tmp_path), iterations=1, workers=1)
-    out = write_report([run(config, progress=False)])
+    cfg = RunConfig.from_file(smoke, backbone="tiny", out=str(tmp_path), iterations=1, workers=1)
+    out = write_report([run(cfg, progress=False)])
     text = (out / "report.md").read_text()
     assert text.index("**What this run shows.**") < text.index("## Table 1")
-    rows = {r.split(",")[0]: r.split(",")[1] for r in (out / "final_success.csv").read_text().splitlines()[1:]}
-    assert set(rows) == {"random", "walkthrough", "no_memory", "trajectory", "abstraction", "anti_persistence"}
-    assert rows["walkthrough"].startswith("100.0")  # the ceiling of these tasks
+    final = {r["method"]: float(r["success_mean"]) for r in rows(out / "final_success.csv")}
+    assert set(final) == {"random", "walkthrough", "no_memory", "trajectory", "abstraction", "anti_persistence"}
+    assert final["walkthrough"] == 100.0  # the ceiling of these tasks

@@ -12,8 +12,9 @@ from ap_gym.protocol.results import (
     setting_key,
     summarise,
 )
+from ap_gym.report.stats import wilson
 from ap_gym.view import Viewer, create_app, write_static
-from ap_gym.view.index import RunIndex, wilson
+from ap_gym.view.index import RunIndex
 
 
 def test_the_index_agrees_with_the_jsonl(view_run):

@@ -52,8 +52,9 @@ class Worker:
 
     def warm(self, benchmark: str, backbone: str | None = None) -> None:
         """Load the model and the envs now (as a worker starts), not in its first episode."""
-        if needs_backbone(self.config):
-            self.resources.backbone(self.config.backbone_specs()[backbone])
+        specs = self.config.backbone_specs()
+        if needs_backbone(self.config):  # a model-free policy's job names no backbone: warm the first
+            self.resources.backbone(specs[backbone] if backbone in specs else next(iter(specs.values())))
         self._ensure_envs(benchmark)
 
     def _ensure_envs(self, benchmark: str) -> list[Any]:
@@ -87,7 +88,7 @@ class Worker:
         for lane in range(lanes):
             db = Path(tempfile.mkdtemp(dir=self._tmp.name)) / "memory.sqlite"
             policy = build_policy(spec, self.config, db, job.seed, self.resources, backbone=backbones[lane],
-                                  backbone_label=job.backbone)
+                                  backbone_label=job.backbone, benchmark=job.benchmark)
             if job.snapshot and info.stateful:
                 policy.load_state(job.snapshot)
             self._policies.append(policy.eval())
@@ -103,7 +104,7 @@ class Worker:
         config = self.config
 
         def play(env: Any, policy: Any, task_id: str) -> EvalResult:
-            episode, attempts = run_with_retries(env, policy, task_id, job.seed, config.max_steps, config.retries)
+            episode, attempts = run_with_retries(env, policy, task_id, job.seed, config.retries)
             return EvalResult(episode.to_dict(), attempts)
 
         if len(job.task_ids) == 1:

@@ -127,7 +127,7 @@ async function viewRuns() {
   const stats = h("div", { id: "report" }, h("p", { class: "muted" }, "Statistics and audit: computing…"));
   root.append(h("h3", {}, "Statistics and audit (as in ap-gym report)"), stats);
   api(`run/${k}/report`).then(rep => {
-    stats.replaceChildren(...rep.tables.map(t => h("div", { "data-table": t.name }, h("h4", {}, t.name.replace(/_/g, " ")),
+    stats.replaceChildren(...rep.tables.map(t => h("div", { "data-table": t.name }, h("h4", {}, t.title || t.name.replace(/_/g, " ")),
       table(t.header, t.rows.map(r => h("tr", {}, r.map(c => h("td", {}, c))))))));
   }).catch(e => stats.replaceChildren(h("p", { class: "error" }, "report: " + e.message)));
   return root;
@@ -232,16 +232,8 @@ async function viewEpisodes(params) {
 }
 
 // -- One episode ------------------------------------------------------------------------
-function candidates(response) {
-  const out = [];
-  const re = /'((?:[^'\\]|\\.)*)'=(-?\d+(?:\.\d+)?)/g;
-  let m;
-  while ((m = re.exec(response || "")) !== null) out.push([m[1], Number(m[2])]);
-  return out;
-}
-
 function stepView(step, n) {
-  const cands = candidates(step.response);
+  const cands = step.candidates || [];  // the best-scored candidates, recorded by the agent
   return h("div", { class: "step" + (step.parse_failure ? " parse-failure" : ""), "data-step": n },
     h("div", {}, h("span", { class: "muted" }, `step ${n} · `), h("span", { class: "action" }, step.action),
       step.parse_failure ? h("span", { class: "tag flagged" }, "parse failure") : null,
@@ -249,7 +241,7 @@ function stepView(step, n) {
     step.reasoning ? h("div", {}, h("i", {}, "reasoning: "), step.reasoning) : null,
     h("pre", { class: "observation" }, step.observation),
     cands.length ? h("details", {}, h("summary", {}, `candidate scores (${cands.length})`),
-      table(["candidate", "sum log-lik"], cands.map(([c, s]) => h("tr", {}, h("td", {}, c), h("td", {}, fmt(s, 3)))))) : null,
+      table(["candidate", `${step.reduction || "sum"} log-lik`], cands.map(([c, s]) => h("tr", {}, h("td", {}, c), h("td", {}, fmt(s, 3)))))) : null,
     h("details", { class: "raw" }, h("summary", {}, "prompt and raw response"),
       h("h4", {}, "prompt"), h("pre", { class: "prompt" }, step.prompt ?? "(not recorded)"),
       h("h4", {}, "response"), h("pre", { class: "response" }, step.response ?? "(not recorded)")));

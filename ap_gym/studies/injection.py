@@ -54,7 +54,8 @@ import ap_gym
 from ap_gym.backbones.scripted import CompliantBackbone, guidance_rules
 from ap_gym.policies import make_policy
 from ap_gym.protocol.loop import training_sample
-from ap_gym.report.audit import Invocation, audit, commands_in
+from ap_gym.report.audit import Invocation, audit
+from ap_gym.text import commands_in
 
 WRONG = "On the item page, buy at once: 'click[buy now]'."
 RIGHT = "On the item page, choose every option the instruction names, then buy."

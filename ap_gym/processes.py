@@ -1,0 +1,122 @@
+"""Child processes that never run the caller's ``__main__``, and die with their parent.
+
+ap-gym starts Python children of its own: a helper that generates games, an engine
+process per env, worker processes for held-out evaluation. Python's ``spawn`` (and
+``forkserver``) start method re-imports the caller's main module in every child, so a
+user's plain script without ``if __name__ == "__main__":`` would run itself again in each
+of them (the README's "Ten lines of Python" did, and died). ``fork`` copies threads'
+locks and native engines mid-flight. So :class:`Child` starts ``python -m
+ap_gym.processes``: a fresh interpreter that imports only what its target needs, reached
+over a :mod:`multiprocessing` pipe (pickled messages). Targets and their arguments are
+pickled by reference, so a target is a module-level function.
+
+A child asks Linux to kill it when its parent dies (the parent-death signal), and checks
+that its parent is still the one that started it after asking: a parent killed while
+the child was starting leaves no orphan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = ["Child", "die_with_parent"]
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Ask Linux to kill this process when its parent dies (no orphans after a SIGKILL).
+
+    The signal only covers a death after the request: a parent killed while this child was
+    still starting (imports take seconds on a loaded machine) would leave an orphan. So
+    once the request is in place, a child whose parent is no longer ``parent`` (the pid
+    that started it; by default the multiprocessing parent) exits at once.
+    """
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if parent is None:
+        import multiprocessing as mp
+
+        started_by = mp.parent_process()
+        parent = started_by.pid if started_by is not None else None
+    if parent is not None and os.getppid() != parent:  # orphaned before the request took effect
+        os._exit(1)
+
+
+class Child:
+    """A Python child process running ``target(conn, *args)``; ``conn`` is this end of its pipe.
+
+    Args:
+        target: a module-level function (pickled by reference).
+        args: its arguments after the connection (they must pickle).
+        name: shown in errors.
+        env: extra environment variables for the child (``None`` values are removed).
+    """
+
+    def __init__(self, target: Callable[..., Any], *args: Any, name: str = "ap-gym child",
+                 env: dict[str, str | None] | None = None) -> None:
+        self.name = name
+        self.conn, theirs = Pipe()
+        environ = dict(os.environ)
+        for key, value in (env or {}).items():
+            if value is None:
+                environ.pop(key, None)
+            else:
+                environ[key] = value
+        fd = theirs.fileno()
+        self._popen = subprocess.Popen([sys.executable, "-m", "ap_gym.processes", str(fd), str(os.getpid())],
+                                       pass_fds=(fd,), env=environ, stdin=subprocess.DEVNULL)
+        theirs.close()
+        with contextlib.suppress(OSError):  # it died at once: exitcode says how, the first recv raises
+            self.conn.send((target, args))
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._popen.poll()
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    def join(self, timeout: float | None = None) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._popen.wait(timeout)
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self._popen.kill()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Close the pipe (a served child ends), wait ``timeout``, then kill; reaps it."""
+        with contextlib.suppress(OSError):
+            self.conn.close()
+        self.join(timeout)
+        if self.is_alive():
+            self.kill()
+            self.join(5)
+
+
+def _main(argv: list[str]) -> None:
+    fd, parent = int(argv[1]), int(argv[2])
+    die_with_parent(parent)
+    conn = Connection(fd)
+    try:
+        target, args = conn.recv()
+    except (EOFError, OSError):
+        return
+    target(conn, *args)
+
+
+if __name__ == "__main__":
+    _main(sys.argv)
