@@ -55,7 +55,7 @@ $(VLLM_STAMP): | $(STAMP)
 	touch $(VLLM_STAMP)
 
 # The paper's protocol on a small grid with the packaged model (benchmarks/smoke.yaml) and
-# its report, then the injection study at demo scale (a scripted backbone: the mechanism).
+# its report, then the injection study at demo scale (a scripted actor: the mechanism).
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/ap-gym run benchmarks/smoke.yaml
 	HF_HUB_OFFLINE=1 $(BIN)/ap-gym report results/smoke
@@ -99,6 +99,7 @@ bench: $(STAMP) browser
 	$(PY) benchmarks/retrieval.py --sizes 10000 100000 --store-rows 100000
 	$(PY) benchmarks/view_scale.py --episodes 100000 --repeats 3
 	$(PY) benchmarks/audit_labeller.py
+	$(PY) benchmarks/recovery.py --seeds 200
 	$(PY) benchmarks/shop_floors.py
 	$(PY) benchmarks/results.py
 
@@ -118,6 +119,7 @@ bench-full: $(STAMP) $(VLLM_STAMP) browser
 	$(PY) benchmarks/audit_labeller.py
 	$(PY) benchmarks/audit_labeller.py --judge default
 	$(PY) benchmarks/injection.py
+	$(PY) benchmarks/recovery.py
 	$(PY) benchmarks/shop_floors.py
 	$(PY) benchmarks/results.py
 

@@ -8,6 +8,7 @@ quick look at the agent and the floors), ``serve`` (an OpenAI-compatible server)
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -183,7 +184,18 @@ def _print_final(run_dir: object) -> None:
 def _cmd_report(args: argparse.Namespace) -> int:
     from ap_gym.report import write_report
 
-    out = write_report(args.runs, out=args.out, benchmark_labeller=not args.no_audit, method=args.method)
+    judge = None
+    if args.judge:
+        from ap_gym.backbones import make_backbone
+
+        head, sep, tail = args.judge.partition("=")
+        label, spec = (head, tail) if sep and re.fullmatch(r"[A-Za-z0-9_.-]+", head) else ("", args.judge)
+        try:
+            judge = make_backbone(spec)
+        except BackboneError as e:
+            raise SystemExit(f"ap-gym report: the judge {label or spec} cannot be reached: {e}") from None
+    out = write_report(args.runs, out=args.out, benchmark_labeller=not args.no_audit, method=args.method,
+                       judge=judge, mode=args.labeller)
     print(f"report: {out}")
     return 0
 
@@ -220,11 +232,13 @@ def _cmd_skills(args: argparse.Namespace) -> int:
 
 
 def _cmd_injection(args: argparse.Namespace) -> int:
-    from ap_gym.injection import LABEL, run_study
+    from ap_gym.studies.injection import LABEL, Injection, run_study
 
-    run_study(args.out, share=args.share, rules=args.rules, iterations=args.iterations,
-              train_per_iter=args.train_per_iter, heldout=args.heldout, error_rate=args.error_rate)
-    print(f"{LABEL}\nreport: {args.out}/report.md, {args.out}/curves.png")
+    config = Injection(share=args.share, seeded=args.seeded, compliance=args.compliance, copying=args.copying,
+                       base_error=args.base_error, error_rate=args.error_rate, iterations=args.iterations,
+                       train_per_iter=args.train_per_iter, heldout=args.heldout)
+    result = run_study(args.out, config)
+    print(f"{LABEL}\nreport: {result['report']}, {args.out}/curves.png")
     return 0
 
 
@@ -306,6 +320,10 @@ def _parser_report(sub: Any) -> None:
     p.add_argument("--no-audit", action="store_true", help="skip the error-reproduction audit")
     p.add_argument("--method", default="anti_persistence",
                    help="the policy compared against every other one (default: anti_persistence)")
+    p.add_argument("--judge", metavar="[LABEL=]SPEC", help="label the audit's abstractions with an LLM judge too "
+                   "(a backbone spec or http://host:port/v1)")
+    p.add_argument("--labeller", choices=["both", "judge"], default="both",
+                   help="with --judge: the judge beside the rules (both) or alone")
     p.set_defaults(func=_cmd_report)
 
 
@@ -333,13 +351,16 @@ def _parser_skills(sub: Any) -> None:
 
 
 def _parser_injection(sub: Any) -> None:
-    p = sub.add_parser("injection", help="the injection study: known wrong rules, a scripted backbone, every design")
-    p.add_argument("--share", type=float, default=0.3, help="share of wrong rules among the seeded ones")
-    p.add_argument("--rules", type=int, default=20)
+    p = sub.add_parser("injection", help="the injection study: known errors where each design reads, a scripted actor")
+    p.add_argument("--share", type=float, default=0.3, help="share of wrong items among the seeded ones")
+    p.add_argument("--seeded", type=int, default=20, help="records, rules or reflections seeded per design")
+    p.add_argument("--compliance", type=float, default=0.8, help="how often the actor follows its guidance")
+    p.add_argument("--copying", type=float, default=0.9, help="how often synthesis copies an error it sees")
+    p.add_argument("--base-error", type=float, default=0.02, help="how often synthesis writes one unprompted")
+    p.add_argument("--error-rate", type=float, default=0.05, help="the actor's random commands")
     p.add_argument("--iterations", type=int, default=3)
     p.add_argument("--train-per-iter", type=int, default=50)
     p.add_argument("--heldout", type=int, default=100)
-    p.add_argument("--error-rate", type=float, default=0.05)
     p.add_argument("--out", default="results/injection")
     p.set_defaults(func=_cmd_injection)
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ACTION_WORDS", "FAILED_FEEDBACK", "Command", "Grammar", "commands_in", "count_tokens", "cut_tokens",
+__all__ = ["ACTION_WORDS", "FAILED_FEEDBACK", "GOAL_VERBS", "INVENTED_VERBS", "Command", "Grammar", "commands_in", "count_tokens", "cut_tokens",
            "failed_action", "normalise_command"]
 
 #: Feedback that says an action did nothing, in the benchmarks' own words.
@@ -62,7 +62,8 @@ def cut_tokens(text: str, tokens: int) -> str:
 #: Words that make a quoted span an instruction to act: the command verbs of every shipped
 #: benchmark, plus the imperative verbs models write when they invent commands.
 ACTION_WORDS = frozenset({
-    "activate", "add", "bake", "boil", "buy", "carry", "catch", "check", "chill", "choose", "chop", "clean", "click",
+    "attach", "brew", "checkout", "detach", "drag", "jump", "kick", "lift", "melt", "plug", "remove", "scroll",
+    "shake", "spray", "stir", "unplug", "activate", "add", "bake", "boil", "buy", "carry", "catch", "check", "chill", "choose", "chop", "clean", "click",
     "climb", "close", "collect", "connect", "cook", "cool", "cut", "deactivate", "dice", "disconnect", "drink",
     "drop", "dunk", "east", "eat", "enter", "examine", "exit", "fetch", "fill", "find", "flush", "focus", "freeze",
     "fry", "get", "give", "go", "grab", "grill", "head", "heat", "hold", "insert", "inspect", "inventory", "leave",
@@ -74,19 +75,54 @@ ACTION_WORDS = frozenset({
 _QUOTED = re.compile(r"\"([^\"\n]{1,80})\"|`([^`\n]{1,80})`|\u201c([^\u201d\n]{1,80})\u201d"
                      r"|\u2018([^\u2019\n]{1,80})\u2019|(?<![\w])'([^'\n]{1,80})'(?![\w])")
 BRACKETED = re.compile(r"\b([a-z_]+)\[([^\]\n]*)\]", re.I)
-_NEGATION = re.compile(r"\b(?:never|don't|do not|dont|avoid|not|instead of|rather than|no need to)\b", re.I)
-_CLAUSE = re.compile(r"[.;!?](?=\s|$)")
+_NEGATION = re.compile(r"\b(?:never|don't|do not|dont|avoid|not|instead of|rather than|no need to|stop)\b", re.I)
+#: Words after a command that say it does not work ("'heat pot' is not a command").
+_DENIED = re.compile(r"^\W{0,3}(?:is not|isn't|does not|doesn't|did not|didn't|did nothing|won't|will not|fails|failed"
+                     r"|never works|is invalid|is no command|is not valid)\b", re.I)
+#: What opens a command in a quote: a button label after click/press/select is the Shop's click[label].
+_BUTTON = re.compile(r"\b(?:click|press|select|hit|tap)(?:\s+(?:on|the))*\s*$", re.I)
+#: A line's list marker or step label: what a plan puts before each command.
+_MARKER = re.compile(r"^\s*(?:[-*\u2022>]+|\(?\d{1,2}[.):]|step\s*\d+\s*[:.)-]?|(?:first|then|next|finally|"
+                     r"afterwards|lastly)\b,?)\s*", re.I)
+#: Where an unquoted command ends inside its clause.
+_COMMAND_END = re.compile(r"\s*(?:,|\(|\bthen\b|\bbefore\b|\bafter\b|\buntil\b|\bso\b|\bwhile\b|\bif\b|\bwhen\b|"
+                          r"\bbecause\b|\bsince\b|\bas soon as\b|\bto (?:make|see|get|reach|finish)\b|\bfirst\b|"
+                          r"\bagain\b|\bdirectly\b|\bright away\b|\bonce\b|\bexactly\b|\bcompletes?\b|\bworks?\b|"
+                          r"\bis\b|\bare\b|\bwas\b|\bdid\b|\bdoes\b|\bdo\b|\bcan\b|\bwill\b|\bwon't\b|\bshould\b|"
+                          r"\bmust\b|\bhelps?\b|\bnever\b|\balone\b|\bby itself\b|\bthere\b|\bhere\b)", re.I)
+#: Verbs that state an aim in prose rather than a command ("find the mug", "check the drawers").
+GOAL_VERBS = frozenset({"find", "locate", "check", "explore", "inspect", "make", "ensure", "try", "keep", "remember",
+                        "note", "compare", "verify", "repeat", "continue", "return", "be", "avoid", "start", "stop",
+                        "skip"})
+_GENERIC = ("it", "them", "the target", "the object", "the item", "items", "something", "anything", "everything",
+            "each", "the one", "objects", "the product", "the dish", "the ingredients", "what", "a ", "an ", "any ",
+            "every ", "all ", "the matching", "the right", "the first", "the best", "one ")
+_GENERIC_NOUNS = {"destination", "receptacle", "container", "location", "target", "object", "objects", "item", "items",
+                  "thing", "things", "product", "result", "results", "option", "options", "ingredient", "ingredients",
+                  "dish", "appliance", "tool"}
+#: Verbs models invent for commands a benchmark spells otherwise; unquoted in a plan's step,
+#: they are read as commands (a prose verb such as "fill" or "read" is not).
+INVENTED_VERBS = frozenset({"grab", "wash", "teleport", "melt", "microwave", "purchase", "fetch", "walk", "run",
+                            "climb", "press", "push", "pull", "carry", "throw", "bake", "fry", "grill", "roast", "chill",
+                            "boil", "freeze", "rinse", "travel", "navigate", "enter", "exit", "leave", "lift", "stir",
+                            "shake", "drag", "kick", "jump", "scroll", "attach", "detach", "spray", "brew", "checkout",
+                            "plug", "unplug", "remove"})
 
 
 @dataclass(frozen=True)
 class Command:
     """A command a text names: normalised (lower case, single spaces), its verb, whether it
-    sits in a negated clause, and whether it is written ``verb[argument]``."""
+    sits in a negated clause, whether it is written ``verb[argument]``, whether the text
+    presents it as a command (``explicit``: quoted, bracketed, or a plan's step with a
+    concrete object) rather than mentions it in prose, and whether it is written in
+    quotes, backticks or brackets (``quoted``)."""
 
     text: str
     verb: str
     negated: bool
     bracketed: bool
+    explicit: bool = True
+    quoted: bool = True
 
 
 def normalise_command(text: str) -> str:
@@ -97,33 +133,98 @@ def normalise_command(text: str) -> str:
     return f"move {m.group(1)} to {m.group(2)}" if m else text
 
 
-def commands_in(text: str) -> list[Command]:
-    """The commands a text quotes (in quotes or backticks, or ``verb[...]``), each with
-    whether it sits in a negated clause. A quoted span counts as a command only when its
-    first word is an action verb (:data:`ACTION_WORDS`); quoted objects, names and search
-    queries are not commands, and an apostrophe inside a word ("don't") opens no quote."""
+def _clauses(text: str) -> list[tuple[str, bool]]:
+    """The text's clauses, each with whether it stands alone as a command would: a plan's
+    line or step, or what follows a colon."""
+    out: list[tuple[str, bool]] = []
+    for line in text.splitlines():
+        marker = _MARKER.match(line)
+        body = line[marker.end():] if marker else line
+        for k, sentence in enumerate(re.split(r"(?<=[.!?])\s+", body)):
+            for j, piece in enumerate(re.split(r"[:;]\s+", sentence)):
+                if piece.strip():
+                    out.append((piece, (marker is not None and k == 0 and j == 0) or j > 0 or
+                                bool(_MARKER.match(piece))))
+    return out
+
+
+def _quoted(clause: str) -> list[tuple[int, str, bool, bool]]:
+    """Quoted, backticked and bracketed spans: (position, text, bracketed, a button label)."""
+    spans: list[tuple[int, str, bool, bool]] = []
+    for m in _QUOTED.finditer(clause):
+        inner = next(g for g in m.groups() if g is not None).strip()
+        button = bool(_BUTTON.search(clause[:m.start()])) and not BRACKETED.fullmatch(inner)
+        spans.append((m.start(), inner, bool(BRACKETED.fullmatch(inner)), button))
+    for m in BRACKETED.finditer(clause):
+        if not any(s <= m.start() < s + len(t) + 2 for s, t, _, _ in spans):
+            spans.append((m.start(), m.group(0), True, False))
+    return sorted(spans)
+
+
+def _negated(clause: str, start: int, end: int) -> bool:
+    return bool(_NEGATION.search(clause[:start])) or bool(_DENIED.search(clause[end:]))
+
+
+def _unquoted(clause: str, standalone: bool, verbs: frozenset[str]) -> list[Command]:
+    """The commands an unquoted clause opens with ("go up and open wardrobe": two), when it
+    opens with a command verb."""
+    body = _MARKER.sub("", clause, count=1) if standalone else clause
+    offset = len(clause) - len(body.lstrip())
+    body = body.strip()
     found: list[Command] = []
-    start = 0
-    for clause_end in [m.start() for m in _CLAUSE.finditer(text)] + [len(text)]:
-        clause = text[start:clause_end + 1]
-        spans: list[tuple[int, str, bool]] = []
-        for m in _QUOTED.finditer(clause):
-            inner = next(g for g in m.groups() if g is not None).strip()
-            spans.append((m.start(), inner, bool(BRACKETED.fullmatch(inner))))
-        for m in BRACKETED.finditer(clause):
-            if not any(s <= m.start() < s + len(t) + 2 for s, t, _ in spans):
-                spans.append((m.start(), m.group(0), True))
-        for pos, inner, bracketed in sorted(spans):
-            if bracketed:
-                verb = BRACKETED.fullmatch(inner).group(1).lower()  # type: ignore[union-attr]
+    while body:
+        words = body.lower().split()
+        if not words or words[0] not in verbs or words[0] in GOAL_VERBS or words[:2] == ["look", "for"]:
+            break
+        cut = _COMMAND_END.search(body, len(words[0]))
+        head = body[:cut.start()] if cut else body
+        joined = re.split(r"\s+and\s+(?=(\w+))", head, maxsplit=1)
+        command = normalise_command(joined[0])
+        parts = command.split()
+        if not parts or len(parts) > 8:
+            break
+        rest = " ".join(w for w in parts[1:] if w not in ("up", "down", "on", "in", "out", "off", "at", "to"))
+        concrete = not rest or not ((rest + " ").startswith(_GENERIC) or _GENERIC_NOUNS & set(rest.split()))
+        end = offset + len(joined[0])
+        found.append(Command(command, parts[0], _negated(clause, offset, end), False, standalone and concrete, False))
+        if len(joined) < 2:
+            break
+        tail = head[len(joined[0]):]
+        offset += len(joined[0]) + len(tail) - len(tail.lstrip()[len("and"):].lstrip())
+        body = tail.strip()[len("and"):].strip()
+    return found
+
+
+def commands_in(text: str, verbs: frozenset[str] | None = None) -> list[Command]:
+    """The commands a text names, each with whether it sits in a negated clause.
+
+    Quoted (quotes, backticks) and ``verb[...]`` spans count when they start with an action
+    verb (:data:`ACTION_WORDS`); a quoted label after click/press/select is the Shop's
+    ``click[label]``; quoted objects, names and queries are not commands, and an apostrophe
+    inside a word ("don't") opens no quote. Unquoted, a clause that opens with a command
+    verb (``verbs``, besides :data:`ACTION_WORDS`) names the command up to where its object
+    ends; it is *explicit* when the clause is a plan's line or step or follows a colon and
+    names a concrete object. A command is negated by "never", "don't", "avoid", "instead
+    of" ... before it, or by "is not a command", "did nothing" ... after it.
+    """
+    vocabulary = ACTION_WORDS | (verbs or frozenset())
+    found: list[Command] = []
+    for clause, standalone in _clauses(text):
+        spans = _quoted(clause)
+        for pos, inner, bracketed, button in spans:
+            if button:
+                verb, command = "click", f"click[{inner.lower()}]"
+            elif bracketed:
+                verb, command = BRACKETED.fullmatch(inner).group(1).lower(), inner  # type: ignore[union-attr]
             else:
                 words = inner.lower().split()
                 if not words or words[0] not in ACTION_WORDS or len(words) > 10:
                     continue  # an object, a name or a query: not a command
-                verb = words[0]
-            negated = bool(_NEGATION.search(clause[:pos]))
-            found.append(Command(normalise_command(inner), verb, negated, bracketed))
-        start = clause_end + 1
+                verb, command = words[0], inner
+            found.append(Command(normalise_command(command), verb, _negated(clause, pos, pos + len(inner) + 2),
+                                 bracketed or button))
+        if not spans:
+            found += _unquoted(clause, standalone, vocabulary)
     return found
 
 

@@ -1,40 +1,41 @@
-"""A scripted, deterministic "compliant" backbone: an instrument for validating the
-measuring apparatus, never a default.
+"""A scripted, stochastic actor: an instrument for checking the measuring apparatus, never a default.
 
 A CPU cannot show what a large model does with wrong guidance, but it can check that the
-harness measures it: seed a memory with a known share of wrong rules, let an agent whose
-behaviour is known by construction act on it, and see whether the audit and the success
-figures report what was injected. :class:`CompliantBackbone` is that agent:
+harness measures it: put known wrong rules or records where a design reads, let an agent
+whose behaviour is known by its parameters act on them, and see whether the audit and the
+success figures report what was planted. :class:`ScriptedActor` is that agent:
 
-* **acting**: it follows the guidance whenever the guidance recommends (not forbids) a
-  command that is admissible now and that it has not yet issued this episode; otherwise
-  it plays the task's walkthrough, except that with probability ``error_rate`` (drawn
-  from a hash of the seed, the task and the step: deterministic, order-free) it issues a
-  random admissible command instead. Record lines shown as context (``> command``) are
-  never taken for guidance.
-* **synthesis** (rules, guidance, reflections, maintenance): ``synthesise(prompt)``, a
-  function the study supplies, writes the text from the records in the prompt: what a
-  model that copies its material would write.
+* **acting**: with probability ``compliance`` it follows its guidance, when the guidance
+  offers something to follow: the first command a rule recommends (not forbids) that is
+  admissible now and not yet issued, or else what a successful record shown in the prompt
+  did next after the command the actor just issued (ids masked: ``click[b0...]`` matches
+  any product). Otherwise it plays the task's walkthrough, except that with probability
+  ``error_rate`` it issues a random admissible command. Every draw comes from the seed,
+  the task and the step (deterministic, order-free).
+* **synthesis** (rules, guidance, reflections, maintenance): ``synthesise(prompt, rng)``,
+  a function the study supplies, writes the text from the records in the prompt.
 * **admission judge**: yes.
 
 It needs each task's walkthrough, keyed by instruction (``walkthroughs``). Calls are
-counted like a model's, with zero tokens.
+counted like a model's, with zero tokens. ``followed`` counts the steps where guidance
+offered a command and the actor took it, and ``offered`` those where it offered one: the
+realised compliance.
 """
 
 from __future__ import annotations
 
-import hashlib
-import random
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ap_gym.backbones.base import Completion, GenerationConfig, Message, Scores
+from ap_gym.seeding import derived_rng
 from ap_gym.text import commands_in
 
-__all__ = ["CompliantBackbone", "guidance_rules"]
+__all__ = ["ScriptedActor", "guidance_rules", "shown_records"]
 
 _ADMISSIBLE = re.compile(r"\n\nAdmissible commands: (.*?)(?: \(and \d+ more\))?$", re.S)
+_ID = re.compile(r"\bb0[a-z0-9]{8}\b")
 
 
 def guidance_rules(text: str) -> str:
@@ -45,26 +46,42 @@ def guidance_rules(text: str) -> str:
                      and not line.startswith(("Your task:", "Task:", "Outcome:", "Trajectory:", "...")))
 
 
-class CompliantBackbone:
+def shown_records(text: str) -> list[tuple[bool, list[str]]]:
+    """The records a prompt shows: (success, commands), in order (``Outcome:`` then ``> command`` lines)."""
+    records: list[tuple[bool, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("Outcome:"):
+            records.append((line.startswith("Outcome: success"), []))
+        elif line.startswith("> ") and records:
+            records[-1][1].append(line[2:].strip())
+    return records
+
+
+def _masked(command: str) -> str:
+    return _ID.sub("<id>", command.lower())
+
+
+class ScriptedActor:
     """See the module docstring.
 
     Args:
         walkthroughs: instruction -> the task's walkthrough (its winning commands).
-        synthesise: writes a synthesis, reflection or maintenance answer from its prompt.
-        error_rate: the chance, per step, of a random admissible command instead of the
-            walkthrough's.
-        seed: seeds those draws.
+        synthesise: ``(prompt, rng) -> text`` for a synthesis, reflection or maintenance call.
+        compliance: the chance, at a step where guidance offers a command, that it is followed.
+        error_rate: the chance, per step otherwise, of a random admissible command.
+        seed: seeds every draw.
     """
 
-    def __init__(self, walkthroughs: Mapping[str, Sequence[str]], synthesise: Callable[[str], str],
-                 error_rate: float = 0.0, seed: int = 0) -> None:
-        if not 0.0 <= error_rate <= 1.0:
-            raise ValueError("error_rate is a probability")
+    def __init__(self, walkthroughs: Mapping[str, Sequence[str]], synthesise: Callable[[str, Any], str], *,
+                 compliance: float = 1.0, error_rate: float = 0.0, seed: int = 0) -> None:
+        for name, p in (("compliance", compliance), ("error_rate", error_rate)):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"{name} is a probability, not {p}")
         self.walkthroughs = {k: list(v) for k, v in walkthroughs.items()}
         self.synthesise = synthesise
-        self.error_rate = error_rate
-        self.seed = seed
-        self.identity = f"compliant(error_rate={error_rate:g}, seed={seed})"
+        self.compliance, self.error_rate, self.seed = compliance, error_rate, seed
+        self.identity = f"scripted(compliance={compliance:g}, error_rate={error_rate:g}, seed={seed})"
+        self.offered = self.followed = 0
 
     # ----------------------------------------------------------------- acting
     def act(self, messages: Sequence[Message]) -> str:
@@ -72,20 +89,37 @@ class CompliantBackbone:
         line = next((ln for ln in system.splitlines() if ln.startswith("Your task: ")), "")
         instruction = line.removeprefix("Your task: ").strip()
         if instruction not in self.walkthroughs:
-            raise ValueError("the compliant backbone knows no walkthrough for this task's instruction")
-        plan = self.walkthroughs[instruction]
+            raise ValueError("the scripted actor knows no walkthrough for this task's instruction")
         issued = [m["content"].strip() for m in messages if m["role"] == "assistant"]
-        observations = [m["content"] for m in messages if m["role"] == "user"]
-        match = _ADMISSIBLE.search(observations[-1])
+        match = _ADMISSIBLE.search([m["content"] for m in messages if m["role"] == "user"][-1])
         admissible = [a.strip() for a in match.group(1).split(", ")] if match else []
+        draw = derived_rng(self.seed, instruction, len(issued))
+        guided = self.guided(system, issued, admissible)
+        if guided is not None:
+            self.offered += 1
+            if draw.random() < self.compliance:
+                self.followed += 1
+                return guided
+        if admissible and draw.random() < self.error_rate:
+            return draw.choice(admissible)
+        return self._next_of(self.walkthroughs[instruction], issued, admissible)
+
+    @staticmethod
+    def guided(system: str, issued: list[str], admissible: list[str]) -> str | None:
+        """What the guidance offers now: a recommended command, else a shown success's next move."""
         for command in commands_in(guidance_rules(system)):
             if not command.negated and command.text in admissible and command.text not in issued:
                 return command.text
-        step = len(issued)
-        draw = random.Random(hashlib.sha256(f"{self.seed}|{instruction}|{step}".encode()).digest())
-        if admissible and draw.random() < self.error_rate:
-            return draw.choice(admissible)
-        return self._next_of(plan, issued, admissible)
+        if not issued:
+            return None
+        last = _masked(issued[-1])
+        for success, commands in shown_records(system):
+            if not success:
+                continue
+            for before, after in zip(commands, commands[1:], strict=False):
+                if _masked(before) == last and after in admissible and after not in issued:
+                    return after
+        return None
 
     @staticmethod
     def _next_of(plan: list[str], issued: list[str], admissible: list[str]) -> str:
@@ -106,7 +140,8 @@ class CompliantBackbone:
             text = self.act(messages)
         else:
             prompt = messages[-1]["content"]
-            text = "yes" if "Answer with exactly one word: yes or no" in prompt else self.synthesise(prompt)
+            text = "yes" if "Answer with exactly one word: yes or no" in prompt else \
+                self.synthesise(prompt, derived_rng(self.seed, "synthesis", prompt))
         return Completion(text, 0, 0, 0.0)
 
     def generate_batch(self, batch: Sequence[Sequence[Message]],

@@ -176,9 +176,11 @@ class ScienceWorldEnv(TextEnv):
     """
 
     benchmark = "scienceworld"
+    #: ScienceWorld's action templates; "teleport to" needs the teleportAction simplification,
+    #: which ap-gym does not turn on by default, so it is not among them.
     grammar = Grammar.of({"open", "close", "activate", "deactivate", "connect", "disconnect", "use", "look", "read",
-                          "move", "pick", "put", "pour", "dunk", "mix", "go", "teleport", "eat", "flush", "focus",
-                          "wait", "wait1", "inventory", "examine", "task", "plant", "water"})
+                          "move", "pick", "put", "pour", "dunk", "mix", "go", "eat", "flush", "focus", "wait", "wait1",
+                          "inventory", "task", "reset"})
 
     def __init__(
         self,

@@ -24,20 +24,42 @@ from ap_gym.report.tables import Table
 __all__ = ["DEFAULT_METHOD", "Results", "Table", "collect", "report_tables", "write_report"]
 
 AUDIT_INTRO = (
-    "An abstraction is *flagged* by the labeller named below; not flagged means not flagged, never correct. "
-    "q, alpha and eta are per synthesis invocation, admitted and rejected outputs alike, with their counts. "
-    "Association, not causation. The labeller's measured precision and recall are in benchmarks/RESULTS.md.")
+    "An abstraction is *flagged* by the labeller named below; not flagged means not flagged, never correct. The "
+    "paper's gap compares stored abstractions with and without a flagged parent; with an admission filter that "
+    "depends on the flag it is biased, so the estimates count every synthesis invocation, admitted or rejected, "
+    "each with its 95 % interval (Wilson; Newcombe for the gap): q (exposed to a flagged parent), alpha (flagged "
+    "given exposed), beta (flagged given not), the gap alpha - beta, the same gap stratified by task family "
+    "(Mantel-Haenszel: errors and exposure can both follow the family, which alone makes a raw gap), eta (admission "
+    "of a flagged exposed output) and the joint rate of exposed, flagged and admitted outputs. A pruned abstraction "
+    "counts as not admitted. Association, not causation (benchmarks/recovery.py shows the estimators recovering a "
+    "planted truth and staying at 0 on a confounded null).")
 
 
-def report_tables(r: Results, labeller: Any = None, audit: bool = True) -> list[Table]:
+def labeller_card(labeller: str) -> str:
+    """What is measured of the rules labeller (``labeller.json``, written by benchmarks/audit_labeller.py)."""
+    import json
+    from importlib import resources
+
+    if "Judge" in labeller or not labeller.startswith("EnvironmentLabeller"):
+        return (f"{labeller}: with a judge, its precision and recall are not measured here; measure them with "
+                "benchmarks/audit_labeller.py --judge SPEC.")
+    card = json.loads((resources.files("ap_gym.report") / "labeller.json").read_text())
+    return (f"{labeller}: precision {card['precision']}, recall {card['recall']} on {card['n']} abstractions in "
+            f"models' style ({card['set']}); exposed ones: precision {card['exposed']['precision']}, recall "
+            f"{card['exposed']['recall']}; unexposed: precision {card['unexposed']['precision']}, recall "
+            f"{card['unexposed']['recall']}.")
+
+
+def report_tables(r: Results, labeller: Any = None, audit: bool = True, judge: Any = None,
+                  mode: str = "rules") -> list[Table]:
     """Every table of the report, in order (the audit last, unless ``audit`` is off)."""
     name = r.methods[r.flagship].name if r.flagship else DEFAULT_METHOD
     found: list[Table | None] = [tables.table1(r), tables.table1(r, infra_as_failure=True), tables.denominators(r),
                                  tables.calls(r), tables.per_family(r), tables.modes(r, name),
                                  tables.discard_vs_persist(r, name), *tables.setting_stats(r), tables.same_task(r)]
     if audit:
-        table, unreadable, used = tables.audit_table(r, labeller)
-        notes = [AUDIT_INTRO, f"Labeller: {', '.join(used) or 'none needed'}."]
+        table, unreadable, used = tables.audit_table(r, labeller, judge, mode)
+        notes = [AUDIT_INTRO, *(f"Labeller: {labeller_card(u)}" for u in used)]
         if unreadable:
             notes += ["Settings whose memory could not be read (not audited):", *unreadable]
         found.append(Table("audit", "Error-reproduction audit", table.header, table.rows, "\n\n".join(notes))
@@ -65,17 +87,18 @@ def _head(r: Results) -> list[str]:
 
 
 def write_report(runs: Sequence[str | Path], out: str | Path | None = None, benchmark_labeller: bool = True,
-                 method: str = DEFAULT_METHOD, labeller: Any = None) -> Path:
+                 method: str = DEFAULT_METHOD, labeller: Any = None, judge: Any = None, mode: str = "both") -> Path:
     """Write the report of ``runs``; ``method`` (a policy name) is compared against the others,
     and ``labeller`` (default: the env's grammar rules) labels abstractions for the audit
-    (``benchmark_labeller=False`` leaves the audit out)."""
+    (``benchmark_labeller=False`` leaves the audit out). A ``judge`` backbone labels too:
+    alone (``mode="judge"``) or beside the rules (``"both"``)."""
     r = collect(runs, method)
     out = Path(out) if out else Path(runs[0]) / "report"
     out.mkdir(parents=True, exist_ok=True)
     used = sorted({s.split(" @ ")[0] for s in r.settings} & set(r.stand_ins))
     note = "Stand-ins: " + "; ".join(f"**{b}**: {r.stand_ins[b]}" for b in used) + "." if used else ""
     md = [*_head(r), *([note, ""] if note else [])]
-    for table in report_tables(r, labeller, audit=benchmark_labeller):
+    for table in report_tables(r, labeller, audit=benchmark_labeller, judge=judge, mode=mode if judge else "rules"):
         if table.header:
             table.write_csv(out)
         md += [table.markdown(note if table.name.startswith(("final_success", "denominators")) else ""), ""]

@@ -39,8 +39,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ap_gym.protocol.results import load_abstractions, load_benchmark, load_records
+from ap_gym.report.stats import Estimate, difference, mantel_haenszel, proportion
 from ap_gym.text import (
     ACTION_WORDS,
+    INVENTED_VERBS,
     Command,
     Grammar,
     commands_in,
@@ -48,13 +50,16 @@ from ap_gym.text import (
     normalise_command,
 )
 
-__all__ = ["AnyOf", "AuditRow", "EnvironmentLabeller", "Invocation", "JudgeLabeller", "Label", "Labeller",
+__all__ = ["AnyOf", "AuditRow", "EnvironmentLabeller", "Invocation", "Unit", "JudgeLabeller", "Label", "Labeller",
            "SettingAudit", "SourceRecord", "audit", "audit_labelled", "audit_setting", "describe_labeller",
            "rejected_invocations"]
 
 _NUMBERED = re.compile(r"\b([a-z]+) (\d+)\b", re.I)
 _FUNCTION_WORDS = {"to", "from", "with", "in", "on", "into", "the", "a", "an", "at", "under", "of", "for", "by",
-                   "around", "up", "down", "out", "onto", "off", "some", "your", "my", "and", "then", "it"}
+                   "around", "up", "down", "out", "onto", "off", "some", "your", "my", "and", "then", "it", "only",
+                   "just", "also", "carefully", "quickly", "immediately", "still", "now", "first", "again", "all",
+                   "each", "every", "this", "that", "these", "those", "its", "their", "inside", "outside", "over",
+                   "room", "place", "way"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ class SourceRecord:
     instruction: str
     steps: tuple[tuple[str, str], ...]  # (action, observation)
     success: bool
+    family: str = ""
 
     @classmethod
     def of(cls, record: Any) -> SourceRecord:
@@ -75,7 +81,7 @@ class SourceRecord:
                 steps.append((str(s.get("action", "")), str(s.get("observation", ""))))
             else:
                 steps.append((str(s[0]), str(s[1])))
-        return cls(str(get("instruction", "")), tuple(steps), bool(get("success", False)))
+        return cls(str(get("instruction", "")), tuple(steps), bool(get("success", False)), str(get("family", "") or ""))
 
     def text(self) -> str:
         return " ".join([self.instruction, *(f"{a} {o}" for a, o in self.steps)]).lower()
@@ -108,58 +114,96 @@ class EnvironmentLabeller:
 
     def __call__(self, text: str, sources: Sequence[SourceRecord] = ()) -> Label:
         reasons: list[str] = []
-        commands = commands_in(text)
         grammar = self.grammar
+        commands = commands_in(text, grammar.verbs if grammar is not None else None)
         if grammar is not None:
             for c in commands:
-                if c.verb not in grammar.verbs or (grammar.bracketed and not c.bracketed):
+                if not c.negated and self._ungrammatical(c, grammar):
                     reasons.append(f"grammar: {c.text!r} is not a command of this benchmark")
         if sources:
             world = " ".join(s.text() for s in sources)
             reasons += self._absent(text, commands, world)
-            reasons += self._contradicted(commands, sources)
+            reasons += self._contradicted(text, commands, sources)
         return Label(bool(reasons), tuple(dict.fromkeys(reasons)))
 
+    @staticmethod
+    def _ungrammatical(c: Command, grammar: Grammar) -> bool:
+        """A command the text presents as one that the grammar lacks: quoted (or bracketed),
+        or unquoted in a plan's step with a verb models invent for commands. The Shop's
+        bracket form is asked of quoted commands only: prose says "click the size"."""
+        if c.verb in grammar.verbs:
+            return grammar.bracketed and c.quoted and not c.bracketed
+        return c.quoted or (c.explicit and c.verb in INVENTED_VERBS)
+
     def _absent(self, text: str, commands: list[Command], world: str) -> list[str]:
+        """Objects the text names that no source record's world has: a numbered object whose
+        kind the world has under other numbers ("drawer 7" beside drawers 1 and 2; "step 1"
+        and "within 10" are no objects), an item id no record shows, a button no page showed,
+        or an object word of a command the text presents as one."""
         grammar = self.grammar or Grammar(frozenset())
         out = []
         if grammar.numbered_objects:
             for name, number in _NUMBERED.findall(text):
                 obj = f"{name.lower()} {number}"
-                if obj not in world:
+                if obj not in world and re.search(rf"\b{re.escape(name.lower())} \d+\b", world):
                     out.append(f"absent: {obj!r} is in no source record's world")
         if grammar.ids:
             for item in re.findall(grammar.ids, text, re.I):
                 if item.lower() not in world:
                     out.append(f"absent: item {item} is in no source record")
-        if grammar.bracketed:
-            for c in commands:
-                target = c.text[c.text.index("[") + 1:-1].strip() if c.verb == "click" and "[" in c.text else None
+        for c in commands:
+            if grammar.bracketed and c.verb == "click" and "[" in c.text:
+                target = c.text[c.text.index("[") + 1:-1].strip()
                 if target and f"[{target}]" not in world and target not in world:
                     out.append(f"absent: no source record shows a {target!r} button")
-            return out
-        for c in commands:
-            if grammar.numbered_objects or c.bracketed:
-                continue
-            words = [w for w in re.findall(r"[a-z]+", c.text)[1:] if w not in _FUNCTION_WORDS]
-            missing = [w for w in words if w not in world and w not in ACTION_WORDS]
-            if missing:
-                out.append(f"absent: {c.text!r} names {', '.join(missing)}, in no source record's world")
+            elif not (grammar.bracketed or c.bracketed or not c.explicit or c.negated):
+                words = [w for w in re.findall(r"[a-z]+", c.text)[1:] if w not in _FUNCTION_WORDS]
+                missing = [w for w in words if not _in_world(w, world) and w not in ACTION_WORDS]
+                if missing:
+                    out.append(f"absent: {c.text!r} names {', '.join(missing)}, in no source record's world")
         return out
 
     @staticmethod
-    def _contradicted(commands: list[Command], sources: Sequence[SourceRecord]) -> list[str]:
+    def _contradicted(text: str, commands: list[Command], sources: Sequence[SourceRecord]) -> list[str]:
+        """A recommended command that failed every time the source records issued it (in
+        the text's commands, or anywhere in its prose, not denied), or a forbidden one a
+        successful record used without failing."""
         out = []
+        outcomes: dict[str, list[tuple[bool, bool]]] = {}
+        for s in sources:
+            for a, o in s.steps:
+                outcomes.setdefault(normalise_command(a), []).append((s.success, failed_action(o)))
+        named = {c.text for c in commands}
         for c in commands:
-            results = [(s.success, failed_action(o)) for s in sources for a, o in s.steps
-                       if normalise_command(a) == c.text]
+            results = outcomes.get(c.text)
             if not results:
                 continue
             if not c.negated and all(failed for _, failed in results):
                 out.append(f"contradicted: {c.text!r} failed every time the source records issued it")
             if c.negated and any(success and not failed for success, failed in results):
                 out.append(f"contradicted: forbids {c.text!r}, which a successful source record used")
+        lowered = " ".join(text.lower().split())
+        for action, results in outcomes.items():
+            if action in named or len(action.split()) < 2 or not all(failed for _, failed in results):
+                continue
+            for m in re.finditer(rf"(?<![\w']){re.escape(action)}(?![\w'])", lowered):
+                sentence_start = max(lowered.rfind(ch, 0, m.start()) for ch in ".;:\n") + 1
+                if not _NEGATED_AROUND(lowered[sentence_start:m.start()], lowered[m.end():]):
+                    out.append(f"contradicted: {action!r} failed every time the source records issued it")
+                    break
         return out
+
+
+def _in_world(word: str, world: str) -> bool:
+    """Whether ``word`` (or its singular) is a word of ``world``."""
+    return any(re.search(rf"\b{re.escape(w)}\b", world) for w in {word, word.removesuffix("s"),
+                                                                   word.removesuffix("es")} if w)
+
+
+def _NEGATED_AROUND(before: str, after: str) -> bool:  # noqa: N802 (a predicate named as the rule it is)
+    from ap_gym.text import _DENIED, _NEGATION
+
+    return bool(_NEGATION.search(before)) or bool(_DENIED.search(after))
 
 
 @dataclass(frozen=True)
@@ -207,17 +251,40 @@ class AnyOf:
 @dataclass(frozen=True)
 class Invocation:
     """One synthesis call's output: its text, the stored abstractions in the prompts of the
-    records it came from (its parents), and whether it was admitted (stored)."""
+    records it came from (its parents), whether it was admitted (stored and never pruned),
+    the records it came from, and its task family (the audit's strata)."""
 
     text: str
     parents: tuple[int, ...]
     admitted: bool
     sources: tuple[int, ...] = ()
+    family: str = ""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One invocation as the audit counts it: exposed (a flagged parent), flagged, admitted."""
+
+    exposed: bool
+    flagged: bool
+    admitted: bool
+    family: str = ""
 
 
 @dataclass(frozen=True)
 class AuditRow:
-    """One setting's audit, with every count behind its rates."""
+    """One setting's audit, with every count behind its rates.
+
+    Two gaps. The paper's, among stored abstractions (``gap``: flag rate with a flagged
+    parent minus without), is what one can compute when only admitted outputs are kept; when
+    admission depends on the flag it is biased, so the audit also counts every synthesis
+    invocation, admitted or rejected (``units``), and estimates from them, each with a 95 %
+    interval (:meth:`estimates`): q (exposure), alpha (flag rate given exposure), beta
+    (given none), the invocation gap alpha - beta, the same gap stratified by task family
+    (Mantel-Haenszel: exposure and errors can both follow the family, which alone makes a raw
+    gap), eta given a flagged exposed output, and the joint rate of exposed, flagged and
+    admitted outputs. Association, not causation.
+    """
 
     setting: str
     abstractions: int
@@ -232,6 +299,7 @@ class AuditRow:
     flagged_exposed_invocations: int = 0
     admitted_invocations: int = 0
     reasons: Mapping[str, int] = field(default_factory=dict)
+    units: tuple[Unit, ...] = ()
 
     @property
     def rate_exposed(self) -> float:
@@ -258,8 +326,31 @@ class AuditRow:
 
     @property
     def eta(self) -> float:
-        """Admission probability: admitted invocations over all."""
+        """Admission, marginal: admitted invocations over all (see ``estimates()['eta']`` for
+        the conditional one, which is what q * alpha * eta needs)."""
         return self.admitted_invocations / self.invocations if self.invocations else float("nan")
+
+    def estimates(self) -> dict[str, Estimate]:
+        """The invocation-level estimates with 95 % intervals (see the class docstring)."""
+        u = self.units
+        exposed = [x for x in u if x.exposed]
+        unexposed = [x for x in u if not x.exposed]
+        k1, k0 = sum(x.flagged for x in exposed), sum(x.flagged for x in unexposed)
+        strata = []
+        for family in sorted({x.family for x in u}):
+            e = [x for x in exposed if x.family == family]
+            n = [x for x in unexposed if x.family == family]
+            strata.append((sum(x.flagged for x in e), len(e), sum(x.flagged for x in n), len(n)))
+        flagged_exposed = [x for x in exposed if x.flagged]
+        return {
+            "q": proportion(len(exposed), len(u)),
+            "alpha": proportion(k1, len(exposed)),
+            "beta": proportion(k0, len(unexposed)),
+            "gap": difference(k1, len(exposed), k0, len(unexposed)),
+            "stratified_gap": mantel_haenszel(strata),
+            "eta": proportion(sum(x.admitted for x in flagged_exposed), len(flagged_exposed)),
+            "joint": proportion(sum(x.admitted for x in flagged_exposed), len(u)),
+        }
 
 
 def _label(labeller: Callable[..., Any], text: str, sources: Sequence[SourceRecord]) -> Label:
@@ -299,27 +390,37 @@ def audit(setting: str, abstractions: Sequence[Any], labeller: Callable[..., Any
 def audit_labelled(setting: str, abstractions: Sequence[Any], labeller: Callable[..., Any],
                    rejected: int | Iterable[Invocation] = 0, sources: Mapping[int, SourceRecord] | None = None
                    ) -> tuple[AuditRow, dict[int, Label]]:
-    """:func:`audit`, and each stored abstraction's label (each text is labelled once)."""
+    """:func:`audit`, and each stored abstraction's label (each text is labelled once).
+
+    A stored abstraction that maintenance pruned counts as not admitted: it did not stay.
+    Its family is its first source record's (``sources`` carries them).
+    """
     sources = sources or {}
 
     def label(text: str, source_ids: Sequence[int]) -> Label:
         return _label(labeller, text, [sources[i] for i in source_ids if i in sources])
 
+    def family(source_ids: Sequence[int]) -> str:
+        return next((sources[i].family for i in source_ids if i in sources), "")
+
     labels = {a.id: label(a.text, a.sources) for a in abstractions}
     flags = {i: lab.flagged for i, lab in labels.items()}
     exposed = [a for a in abstractions if any(flags.get(p, False) for p in a.parents)]
     unexposed = [a for a in abstractions if a not in exposed]
-    invocations = [Invocation(a.text, tuple(a.parents), True, tuple(a.sources)) for a in abstractions]
+    pruned = {a.id for a in abstractions if isinstance(a.flags, Mapping) and a.flags.get("pruned")}
+    invocations = [Invocation(a.text, tuple(a.parents), a.id not in pruned, tuple(a.sources), family(a.sources))
+                   for a in abstractions]
     if isinstance(rejected, int):
         invocations += [Invocation("", (), False)] * rejected
         rejected_labels = [Label(False)] * rejected
     else:
-        extra = list(rejected)
+        extra = [inv if inv.family or not inv.sources else
+                 Invocation(inv.text, inv.parents, inv.admitted, inv.sources, family(inv.sources)) for inv in rejected]
         invocations += extra
         rejected_labels = [label(inv.text, inv.sources) for inv in extra]
     all_labels = [labels[a.id] for a in abstractions] + rejected_labels
-    inv_exposed = [(inv, lab) for inv, lab in zip(invocations, all_labels, strict=True)
-                   if any(flags.get(p, False) for p in inv.parents)]
+    units = tuple(Unit(any(flags.get(p, False) for p in inv.parents), lab.flagged, inv.admitted, inv.family)
+                  for inv, lab in zip(invocations, all_labels, strict=True))
     reasons: dict[str, int] = {}
     for lab in labels.values():
         for kind in {r.split(":")[0] for r in lab.reasons}:
@@ -334,10 +435,11 @@ def audit_labelled(setting: str, abstractions: Sequence[Any], labeller: Callable
         flagged_given_no_flagged_parent=sum(flags[a.id] for a in unexposed),
         rejected=len(invocations) - len(abstractions),
         invocations=len(invocations),
-        exposed_invocations=len(inv_exposed),
-        flagged_exposed_invocations=sum(lab.flagged for _, lab in inv_exposed),
-        admitted_invocations=len(abstractions),
+        exposed_invocations=sum(x.exposed for x in units),
+        flagged_exposed_invocations=sum(x.exposed and x.flagged for x in units),
+        admitted_invocations=sum(x.admitted for x in units),
         reasons=reasons,
+        units=units,
     )
     return row, labels
 
@@ -347,12 +449,13 @@ def rejected_invocations(lines: Iterable[Mapping[str, Any]]) -> list[Invocation]
     out = []
     for x in lines:
         info = x.get("policy_info")
+        family = str(x.get("task_family") or "")
         for item in (info.get("rejected_abstractions") or []) if isinstance(info, Mapping) else []:
             if isinstance(item, Mapping):
                 out.append(Invocation(str(item.get("text") or ""), tuple(_ints(item.get("parents"))), False,
-                                      tuple(_ints(item.get("sources")))))
+                                      tuple(_ints(item.get("sources"))), family))
             else:
-                out.append(Invocation(str(item), (), False))
+                out.append(Invocation(str(item), (), False, (), family))
     return out
 
 
@@ -371,10 +474,12 @@ class SettingAudit:
 
 
 def audit_setting(directory: str | Path, lines: Iterable[Mapping[str, Any]], name: str,
-                  labeller: Labeller | None = None) -> SettingAudit | None:
+                  labeller: Labeller | None = None, *, judge: Any = None, mode: str = "rules") -> SettingAudit | None:
     """Audit one setting from its results: its stored abstractions (inactive ones too), the
     rejected invocations in its episode ``lines``, the source records they cite, labelled by
-    ``labeller`` (default: :class:`EnvironmentLabeller` with the grammar its run recorded).
+    ``labeller`` (default: :class:`EnvironmentLabeller` with the grammar its run recorded;
+    with a ``judge`` backbone, ``mode`` ``"judge"`` labels with it alone and ``"both"`` flags
+    what either flags).
     ``None`` when the setting stored and rejected nothing. ``ap-gym report`` and ``ap-gym
     view`` both audit through here.
 
@@ -386,8 +491,11 @@ def audit_setting(directory: str | Path, lines: Iterable[Mapping[str, Any]], nam
     if not stored and not rejected:
         return None
     if labeller is None:
-        grammar = load_benchmark(directory).get("grammar")
-        labeller = EnvironmentLabeller(Grammar.from_dict(grammar) if isinstance(grammar, Mapping) else None)
+        meta = load_benchmark(directory)
+        grammar = meta.get("grammar")
+        rules = EnvironmentLabeller(Grammar.from_dict(grammar) if isinstance(grammar, Mapping) else None)
+        judged = JudgeLabeller(judge, str(meta.get("benchmark") or name.split("/")[0])) if judge is not None else None
+        labeller = rules if judged is None else judged if mode == "judge" else AnyOf([rules, judged])
     ids = {i for a in stored for i in a.sources} | {i for inv in rejected for i in inv.sources}
     records = {i: SourceRecord.of(r) for i, r in load_records(directory, ids).items()}
     row, labels = audit_labelled(name, stored, labeller, rejected, records)

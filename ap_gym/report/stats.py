@@ -1,6 +1,10 @@
 """Statistics the report and the viewer share: intervals and setting-level tests.
 
 * :func:`wilson`: the 95 % Wilson interval of a success rate (honest at 0/n and n/n).
+* :class:`Estimate` with :func:`proportion` (Wilson), :func:`difference` (Newcombe's
+  hybrid score interval of a difference of two proportions) and :func:`mantel_haenszel`
+  (the Mantel-Haenszel risk difference over strata, Sato's variance): the audit's
+  estimates, each with its 95 % interval.
 * :func:`mean_std`: a mean and a sample standard deviation (over seeds).
 * :func:`paired_stats`: setting-level statistics, labelled exploratory as in the paper.
   Per baseline: the paired differences (method - baseline, in points) over settings;
@@ -16,7 +20,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["PairedStats", "holm", "mean_std", "paired_stats", "wilson"]
+__all__ = ["Estimate", "PairedStats", "difference", "holm", "mantel_haenszel", "mean_std", "paired_stats",
+           "proportion", "wilson"]
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
@@ -27,6 +32,70 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float] | Non
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with its 95 % interval (NaN throughout when there is no data)."""
+
+    value: float
+    low: float
+    high: float
+
+    def covers(self, truth: float) -> bool:
+        return self.low <= truth <= self.high
+
+    def excludes_zero(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    def __str__(self) -> str:
+        if math.isnan(self.value):
+            return "n/a"
+        return f"{self.value:.2f} [{self.low:.2f}, {self.high:.2f}]"
+
+
+NO_DATA = Estimate(math.nan, math.nan, math.nan)
+
+
+def proportion(k: int, n: int) -> Estimate:
+    """``k / n`` with its Wilson interval."""
+    interval = wilson(k, n)
+    return NO_DATA if interval is None else Estimate(k / n, *interval)
+
+
+def difference(k1: int, n1: int, k0: int, n0: int) -> Estimate:
+    """``k1/n1 - k0/n0`` with Newcombe's hybrid score interval (his method 10: it keeps its
+    coverage near the boundaries and with small counts, where the Wald interval does not)."""
+    w1, w0 = wilson(k1, n1), wilson(k0, n0)
+    if w1 is None or w0 is None:
+        return NO_DATA
+    p1, p0 = k1 / n1, k0 / n0
+    d = p1 - p0
+    low = d - math.sqrt((p1 - w1[0]) ** 2 + (w0[1] - p0) ** 2)
+    high = d + math.sqrt((w1[1] - p1) ** 2 + (p0 - w0[0]) ** 2)
+    return Estimate(d, low, high)
+
+
+def mantel_haenszel(strata: Sequence[tuple[int, int, int, int]], z: float = 1.96) -> Estimate:
+    """The Mantel-Haenszel risk difference over strata ``(a, n1, b, n0)`` (``a`` events among
+    ``n1`` exposed, ``b`` among ``n0`` unexposed), with Sato's (1989) variance, which holds
+    for many sparse strata as for few large ones. A stratum without both exposed and
+    unexposed units carries no weight; with none left there is no estimate."""
+    w_sum = num = p_sum = q_sum = 0.0
+    for a, n1, b, n0 in strata:
+        n = n1 + n0
+        if n1 == 0 or n0 == 0:
+            continue
+        w_sum += n1 * n0 / n
+        num += (a * n0 - b * n1) / n
+        p_sum += (n1 * n1 * b - n0 * n0 * a + n1 * n0 * (n0 - n1) / 2) / (n * n)
+        q_sum += (a * (n0 - b) + b * (n1 - a)) / (2 * n)
+    if w_sum == 0:
+        return NO_DATA
+    rd = num / w_sum
+    var = max(0.0, (rd * p_sum + q_sum) / (w_sum * w_sum))
+    half = z * math.sqrt(var)
+    return Estimate(rd, rd - half, rd + half)
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:

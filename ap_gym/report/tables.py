@@ -291,7 +291,8 @@ def same_task(r: Results) -> Table | None:
                  "those records out while training.")
 
 
-def audit_table(r: Results, labeller: Any = None) -> tuple[Table | None, list[str], list[str]]:
+def audit_table(r: Results, labeller: Any = None, judge: Any = None,
+                mode: str = "rules") -> tuple[Table | None, list[str], list[str]]:
     """The error-reproduction audit of every setting that stored or rejected abstractions:
     the table, the settings whose memory could not be read, and the labellers used."""
     from ap_gym.errors import StoreError
@@ -309,7 +310,7 @@ def audit_table(r: Results, labeller: Any = None) -> tuple[Table | None, list[st
         for directory in setting_dirs(run):
             name = directory.relative_to(run).as_posix()
             try:
-                result = audit_setting(directory, by_setting.get(name, []), name, labeller)
+                result = audit_setting(directory, by_setting.get(name, []), name, labeller, judge=judge, mode=mode)
             except StoreError as e:  # said in the report, never dropped silently
                 unreadable.append(f"- {name}: {e}")
                 continue
@@ -317,15 +318,13 @@ def audit_table(r: Results, labeller: Any = None) -> tuple[Table | None, list[st
                 continue
             used.add(result.labeller)
             a = result.row
-            rows.append([a.setting, a.abstractions, a.flagged, f"{a.flagged_given_flagged_parent}/{a.with_flagged_parent}",
-                         a.rate_exposed, f"{a.flagged_given_no_flagged_parent}/{a.without_flagged_parent}",
-                         a.rate_unexposed, a.gap, f"{a.exposed_invocations}/{a.invocations}", a.q,
-                         f"{a.flagged_exposed_invocations}/{a.exposed_invocations}", a.alpha,
-                         f"{a.admitted_invocations}/{a.invocations}", a.eta, a.q * a.alpha * a.eta,
-                         ", ".join(f"{k} {v}" for k, v in sorted(a.reasons.items())) or "-"])
+            est = a.estimates()
+            rows.append([a.setting, a.abstractions, a.flagged, a.gap, a.invocations,
+                         *(str(est[k]) for k in ("q", "alpha", "beta", "gap", "stratified_gap", "eta")), a.eta,
+                         str(est["joint"]), ", ".join(f"{k} {v}" for k, v in sorted(a.reasons.items())) or "-"])
     if not rows:
         return None, unreadable, sorted(used)
-    header = ["setting", "stored", "flagged", "flagged given flagged parent", "rate",
-              "flagged given no flagged parent", "rate", "gap", "exposed invocations", "q", "flagged exposed",
-              "alpha", "admitted", "eta", "q*alpha*eta", "flags by rule"]
+    header = ["setting", "stored", "flagged", "gap among stored (paper's)", "invocations", "q", "alpha", "beta",
+              "gap", "gap stratified by family", "eta (flagged, exposed)", "eta (all)",
+              "P(exposed, flagged, admitted)", "flags by rule"]
     return Table("audit", "Error-reproduction audit", header, rows), unreadable, sorted(used)

@@ -1,76 +1,99 @@
-"""Validate the measuring apparatus by injection: known wrong rules in, what comes out?
+"""Known errors in, what comes out: the error-reproduction apparatus checked by injection.
 
-On the Shop (its oracle gives every task's walkthrough) a scripted, deterministic
-"compliant" backbone (:class:`~ap_gym.backbones.scripted.CompliantBackbone`) acts: it
-follows any admissible command the guidance recommends, and otherwise plays the
-walkthrough with a set error rate. Every policy's memory is seeded with the same ``K``
-rules, a share ``p`` of them wrong: "On the item page, buy at once: 'click[buy now]'"
-(buying before choosing the instruction's options scores below 1, a failure). The right
-rules name no command ("choose every option the instruction names, then buy").
+On the Shop, a scripted actor (:class:`~ap_gym.backbones.scripted.ScriptedActor`) plays
+through the protocol's own loop (:mod:`ap_gym.protocol.loop`). Every design starts from a
+memory seeded where *it* reads: records for trajectory memory and Anti-Persistence (both
+variants), rules for abstraction memory and AutoRefine, both for joint memory,
+reflections for Reflexion; a known share of them wrong. The wrong behaviour is buying at
+once, before choosing the instruction's options, and it is **conditionally** wrong: in the
+``optionless`` families (grocery and kitchen here, whose instructions name no option) it
+wins, elsewhere it fails. So wrong guidance can sit in *successful* records, where
+imitation and strategic synthesis read, and the paper's indirect path (guidance ->
+trajectory -> later synthesis) is open to every design, Anti-Persistence included.
 
-Synthesis copies its material, as a model that imitates its records would: a rule
-written from a record that bought at once is the wrong rule again (abstraction memory,
-Anti-Persistence's imitation and strategic modes); corrective synthesis and reflections
-turn such a record into "Do not 'click[buy now]' before choosing the options"; AutoRefine's
-contrastive skill names no command. The admission judge says yes.
+The actor follows its guidance with probability ``compliance`` (a rule's recommended
+command, or what a shown successful record did next); synthesis copies an error it sees in
+its material with probability ``copying`` and writes one unprompted with probability
+``base_error``. The labeller is this study's ground truth (a text that recommends, not
+forbids, ``click[buy now]``), so the audit's estimates here measure the mechanism, not the
+labeller.
 
-The labeller is a checker against this study's ground truth: it flags a text that
-recommends (does not forbid) 'click[buy now]'. Then the harness must show:
+The headline is the paper's own contrast (Table 2): Anti-Persistence discarding its
+guidance against the same design persisting it, everything else equal; then every design
+with the injection where it reads; no memory, random and walkthrough for scale.
+:func:`randomised_exposure` adds a causal estimate: synthesis calls whose prompt gets a
+flagged record, or not, at random.
 
-* the audit recovers the injected error rate of the seeded store within its 95 % interval;
-* abstraction memory reproduces the errors: its new abstractions written from records
-  exposed to a wrong rule are wrong far more often than the others, and its held-out
-  episodes buy at once far more often than no memory's;
-* Anti-Persistence does not carry them forward: it stores no abstraction, its held-out
-  guidance recommends no wrong rule, and it buys at once no more often than no memory;
-* AutoRefine's scoring and pruning retire the wrong rules; Reflexion writes reflections on
-  failures only.
-
-``ap-gym injection`` runs it and writes ``report.md``, ``results.json`` and ``curves.png``
-(held-out success and the share of episodes that followed a wrong rule, per iteration,
-iteration -1 being the seeded memory before any training); ``make demo`` runs it at demo
-scale; ``benchmarks/injection.py`` prints its figures for RESULTS.md. The random and
-walkthrough policies run beside the designs as the floor and the ceiling of the tasks.
+``ap-gym injection`` runs it (``results/injection/report.md``), ``make demo`` at demo
+scale, ``benchmarks/injection.py`` at full size. The tables are in
+:mod:`ap_gym.report.injection`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import platform
 import re
 import shutil
 import tempfile
-import time
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+from pydantic import Field
 
-import ap_gym
-from ap_gym.backbones.scripted import CompliantBackbone, guidance_rules
-from ap_gym.policies import make_policy
-from ap_gym.protocol.loop import training_sample
-from ap_gym.report.audit import Invocation, audit
+from ap_gym.backbones.scripted import ScriptedActor, shown_records
+from ap_gym.options import Options
+from ap_gym.protocol import RunConfig
+from ap_gym.protocol.loop import Runner
+from ap_gym.protocol.setting import build_policy
+from ap_gym.report.stats import Estimate, difference
 from ap_gym.text import commands_in
+
+__all__ = ["ARMS", "AVOID", "LABEL", "RIGHT", "WRONG", "Injection", "Study", "bought_at_once",
+           "randomised_exposure", "recommends_buying_at_once", "synthesiser"]
 
 WRONG = "On the item page, buy at once: 'click[buy now]'."
 RIGHT = "On the item page, choose every option the instruction names, then buy."
 AVOID = "Do not 'click[buy now]' before choosing the options the instruction names."
-POLICIES = ("random", "walkthrough", "no_memory", "trajectory", "abstraction", "anti_persistence", "autorefine",
-            "reflexion")
-#: What every table and plot of the study says first.
-LABEL = ("Scripted backbone: a check of the measuring apparatus (known wrong rules injected, a deterministic "
-         "compliant actor), not a model result.")
+LABEL = ("Scripted actor: a check of the measuring apparatus (known errors planted where each design reads, an "
+         "actor and a synthesiser with known parameters), not a model result.")
+#: label -> (policy, options, where the injection goes: records, rules, reflections; None: nothing)
+ARMS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
+    "anti_persistence": ("anti_persistence", {}, ("records",)),
+    "ap_persist": ("anti_persistence", {"persist_guidance": True}, ("records",)),
+    "trajectory": ("trajectory", {}, ("records",)),
+    "abstraction": ("abstraction", {}, ("rules",)),
+    "joint": ("joint", {}, ("rules", "records")),
+    "reflexion": ("reflexion", {}, ("reflections",)),
+    "autorefine": ("autorefine", {"evolve_every": 10, "prune_every": 25}, ("rules",)),
+    "no_memory": ("no_memory", {}, ()),
+    "random": ("random", {}, ()),
+    "walkthrough": ("walkthrough", {}, ()),
+}
 AGENT = {"action_mode": "generate", "list_admissible": True, "max_admissible_listed": 500, "history_window": 100,
          "max_observation_chars": 4000}
 
 
+class Injection(Options):
+    """The study's parameters (see the module docstring)."""
+
+    share: float = Field(default=0.3, ge=0, le=1)
+    seeded: int = Field(default=20, ge=1)
+    compliance: float = Field(default=0.8, ge=0, le=1)
+    copying: float = Field(default=0.9, ge=0, le=1)
+    base_error: float = Field(default=0.02, ge=0, le=1)
+    error_rate: float = Field(default=0.05, ge=0, le=1)
+    iterations: int = Field(default=3, ge=1)
+    train_per_iter: int = Field(default=50, ge=1)
+    heldout: int = Field(default=100, ge=1)
+    seed: int = 0
+    max_steps: int = Field(default=15, ge=4)
+    optionless: tuple[str, ...] = ("grocery", "kitchen")
+    arms: tuple[str, ...] = tuple(ARMS)
+
+
 def recommends_buying_at_once(text: str, sources: Sequence[Any] = ()) -> bool:
-    """The study's ground-truth labeller: the text recommends 'click[buy now]'."""
+    """The study's ground-truth labeller: the text recommends (does not forbid) ``click[buy now]``."""
     return any(c.text == "click[buy now]" and not c.negated for c in commands_in(text))
 
 
@@ -88,272 +111,194 @@ def bought_at_once(commands: Sequence[str]) -> bool:
     return False
 
 
-def _records(prompt: str) -> list[list[str]]:
-    """The commands of each record shown in a synthesis prompt (lines ``> command``)."""
-    records: list[list[str]] = []
-    for line in prompt.splitlines():
-        if line.startswith(("Task:", "[")) and "Task:" in line:
-            records.append([])
-        elif line.startswith("> ") and records:
-            records[-1].append(line[2:].strip())
-    return records
+def synthesiser(copying: float, base_error: float) -> Callable[[str, Any], str]:
+    """A synthesiser that copies its material: an error it sees, with probability ``copying``;
+    one of its own, with probability ``base_error``. Corrective synthesis and reflections
+    turn an error they see into a rule against it; AutoRefine's contrastive skill names no
+    command."""
+
+    def synthesise(prompt: str, rng: Any) -> str:
+        records = shown_records(prompt)
+        against = "avoid the mistakes" in prompt or "write a short reflection" in prompt
+        read = records if "Successful attempts" not in prompt else [r for r in records if r[0]]
+        seen = any(bought_at_once(commands) for _, commands in read)
+        if "Contrast them" in prompt:
+            text = RIGHT
+        elif against:
+            text = AVOID if seen and rng.random() < copying else RIGHT
+        else:
+            text = WRONG if seen and rng.random() < copying else RIGHT
+        return WRONG if rng.random() < base_error else text
+
+    return synthesise
 
 
-def synthesise(prompt: str) -> str:
-    """What a model that copies its records writes (see the module docstring)."""
-    bad = any(bought_at_once(r) for r in _records(prompt))
-    if "avoid the mistakes" in prompt or "write a short reflection" in prompt:
-        return AVOID if bad else RIGHT
-    if "Contrast them" in prompt:
-        return RIGHT
-    return WRONG if bad else RIGHT
+class Study:
+    """One run of the study (every arm, one seed) through the protocol; see the module docstring.
 
+    Args:
+        config: the parameters.
+        out: where the run's results and the report go.
+    """
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return math.nan, math.nan
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
+    def __init__(self, config: Injection, out: str | Path) -> None:
+        self.config = config
+        self.out = Path(out)
+        self.env = gym.make("ap_gym/Shop-v0", optionless=config.optionless, max_episode_steps=config.max_steps)
+        shop = self.env.unwrapped
+        self.train_ids, self.test_ids = shop.task_ids("train"), shop.task_ids("test")
+        walkthroughs = {shop.goal(t).instruction: shop.oracle_actions(t) for t in self.train_ids + self.test_ids}
+        self.actor = ScriptedActor(walkthroughs, synthesiser(config.copying, config.base_error),
+                                   compliance=config.compliance, error_rate=config.error_rate, seed=config.seed)
 
+    def run_config(self, seeded: dict[str, Path]) -> RunConfig:
+        c = self.config
+        policies = []
+        for label in c.arms:
+            name, options, _ = ARMS[label]
+            opts = {**({"agent": AGENT} if name not in ("random", "walkthrough") else {}), **options}
+            policies.append({"name": name, "label": label, "options": opts,
+                             "initial_state": str(seeded[label]) if label in seeded else None})
+        return RunConfig.from_dict({
+            "name": "injection", "out": str(self.out), "benchmarks": ["shop"], "backbone": "scripted",
+            "env_options": {"shop": {"optionless": list(c.optionless)}}, "policies": policies, "seeds": [c.seed],
+            "iterations": c.iterations, "train_per_iter": c.train_per_iter, "heldout": c.heldout,
+            "max_steps": c.max_steps, "eval_before_training": True, "workers": 1, "retries": 0,
+            "description": f"**{LABEL}**"})
 
-@dataclass
-class Outcome:
-    """One policy's figures: held-out at the final iteration, its store's audit, and per
-    iteration (``curve``: iteration -> success, bought-at-once share)."""
+    def run(self, progress: bool = False) -> Path:
+        """Seed every arm's memory, then run them all through the protocol; the run directory."""
+        seeded = {label: self.out / "seeded" / label for label in self.config.arms if ARMS[label][2]}
+        try:
+            runner = Runner(self.run_config(seeded))
+            runner.resources.provide("scripted", self.actor)
+            for label, snapshot in seeded.items():
+                if not (snapshot / "state.json").exists():  # kept: a resumed study starts from the same memory
+                    self.seed_memory(runner, label, snapshot)
+            return runner.run(progress=progress)
+        finally:
+            self.env.close()
 
-    policy: str
-    heldout_success: float
-    heldout_bought_at_once: float
-    heldout_wrong_guidance: float
-    seeded: int
-    seeded_flagged: int
-    new_abstractions: int
-    new_flagged_exposed: str
-    new_flagged_unexposed: str
-    q: float
-    alpha: float
-    eta: float
-    active_wrong_seeded_at_end: int
-    extra: dict[str, Any] = field(default_factory=dict)
-    curve: dict[int, tuple[float, float]] = field(default_factory=dict)
-
-
-def study(policy_name: str, *, share: float = 0.3, rules: int = 20, iterations: int = 3, train_per_iter: int = 50,
-          heldout: int = 100, error_rate: float = 0.05, seed: int = 0, embedder: Any = None,
-          workdir: Path | None = None, advance: Any = None) -> Outcome:
-    """One policy through the protocol on the seeded memory; see the module docstring.
-    ``advance(n)`` is called after each episode (a progress bar)."""
-    env = gym.make("ap_gym/Shop-v0", max_episode_steps=15)
-    shop = env.unwrapped
-    train_ids, test_ids = shop.task_ids("train"), shop.task_ids("test")[:heldout]
-    walkthroughs = {shop.goal(t).instruction: shop.oracle_actions(t) for t in train_ids + test_ids}
-    if len(walkthroughs) != len(train_ids) + len(test_ids):
-        raise RuntimeError("two Shop tasks share an instruction; the compliant backbone needs them distinct")
-    backbone = CompliantBackbone(walkthroughs, synthesise, error_rate=error_rate, seed=seed)
-    workdir = Path(workdir or tempfile.mkdtemp(prefix="ap_gym_injection_"))
-    options: dict[str, Any] = {"agent": AGENT} if policy_name not in ("random", "walkthrough") else {}
-    if policy_name == "random":
-        options["seed"] = seed
-    if policy_name not in ("no_memory", "random", "walkthrough"):
-        options.update(embedder=embedder, db_path=workdir / f"{policy_name}.sqlite", seed=seed)
-    if policy_name == "autorefine":
-        options.update(evolve_every=10, prune_every=25)
-    policy = make_policy(policy_name, backbone, **options)
-    seeded_ids: list[int] = []
-    wrong = round(share * rules)
-    memory = getattr(policy, "memory", None)
-    if memory is not None:  # every memory gets the same seeded rules, on the first training tasks' embeddings
-        for i, task in enumerate(train_ids[:rules]):
-            obs, info = env.reset(options={"task_id": task})
-            vec = memory.embed_task(info["instruction"], obs)
-            seeded_ids.append(memory.add_abstraction(WRONG if i < wrong else RIGHT, "rule", vec, []))
-    advance = advance or (lambda n=1: None)
-    learns = memory is not None
-    curve: dict[int, tuple[float, float]] = {}
-
-    def evaluate(it: int) -> list[Any]:
-        policy.eval()
-        episodes = []
-        for t in test_ids:
-            episodes.append(ap_gym.run_episode(env, policy, task_id=t, seed=seed, max_steps=15))
-            advance(1)
-        curve[it] = (sum(ep.success for ep in episodes) / len(episodes),
-                     sum(bought_at_once([s.action for s in ep.steps]) for ep in episodes) / len(episodes))
-        return episodes
-
-    try:
-        train_lines: list[dict[str, Any]] = []
-        train_episodes: list[Any] = []
-        evals = evaluate(-1)  # the seeded memory, before any training
-        for it in range(iterations):
-            if learns:
-                policy.train()
-                for task in training_sample(train_ids, train_per_iter, seed, it):
-                    ep = ap_gym.run_episode(env, policy, task_id=task, seed=seed, max_steps=15)
-                    train_lines.append(ep.policy_info)
-                    train_episodes.append(ep)
-                    advance(1)
-                policy.memory.iteration = it + 1
-            else:
-                advance(train_per_iter)
-            evals = evaluate(it)
-        bought = [bought_at_once([s.action for s in ep.steps]) for ep in evals]
-        wrong_guidance = [recommends_buying_at_once(guidance_rules(ep.policy_info.get("guidance") or ""))
-                          for ep in evals]
-        out = Outcome(policy_name, sum(ep.success for ep in evals) / len(evals), sum(bought) / len(evals),
-                      sum(wrong_guidance) / len(evals), len(seeded_ids), 0, 0, "-", "-", math.nan, math.nan,
-                      math.nan, 0, curve=curve)
-        if memory is not None:
+    def seed_memory(self, runner: Runner, label: str, snapshot: Path) -> None:
+        """The arm's starting memory, saved as the snapshot its policy starts from."""
+        work = Path(tempfile.mkdtemp(prefix="ap_gym_injection_"))
+        policy = build_policy(runner.config.policy(label), runner.config, work / "memory.sqlite",
+                              self.config.seed, runner.resources, benchmark="shop")
+        try:
             policy.train()
-            stored = memory.abstractions.all(include_inactive=True)
-            rejected = [Invocation(r["text"], tuple(r["parents"]), False, tuple(r["sources"]))
-                        for info in train_lines for r in info.get("rejected_abstractions", [])]
-            row = audit(policy_name, stored, recommends_buying_at_once, rejected)
-            seeded = [a for a in stored if a.id in seeded_ids]
-            new = [a for a in stored if a.id not in seeded_ids]
-            flags = {a.id: recommends_buying_at_once(a.text) for a in stored}
-            exposed = [a for a in new if any(flags.get(p) for p in a.parents)]
-            unexposed = [a for a in new if a not in exposed]
-            out.seeded_flagged = sum(flags[a.id] for a in seeded)
-            out.new_abstractions = len(new)
-            out.new_flagged_exposed = f"{sum(flags[a.id] for a in exposed)}/{len(exposed)}"
-            out.new_flagged_unexposed = f"{sum(flags[a.id] for a in unexposed)}/{len(unexposed)}"
-            out.q, out.alpha, out.eta = row.q, row.alpha, row.eta
-            out.active_wrong_seeded_at_end = sum(a.active and flags[a.id] for a in seeded)
-            out.extra = {"skills_evolved": sum(1 for info in train_lines if info.get("evolved_family")),
-                         "deactivated": sum(1 for a in stored if not a.active),
-                         "kinds_written": sorted({a.kind for a in new}), "train_success":
-                         round(sum(ep.success for ep in train_episodes) / max(1, len(train_episodes)), 2),
-                         "failed_training_episodes": sum(not ep.success for ep in train_episodes)}
-        return out
-    finally:
-        env.close()
-        if hasattr(policy, "close"):
+            memory, wrong = policy.memory, round(self.config.share * self.config.seeded)
+            for i, task in enumerate(self.train_ids[: self.config.seeded]):
+                record, vec = self.record(memory, task, at_once=i < wrong)
+                for place in ARMS[label][2]:
+                    if place == "records":
+                        memory.trajectories.add(**record, embedding=vec, iteration=0)
+                    else:
+                        kind = "rule" if place == "rules" else "reflection"
+                        memory.add_abstraction(WRONG if i < wrong else RIGHT, kind, vec, [])
+            policy.save_state(snapshot)
+        finally:
             policy.close()
+            shutil.rmtree(work, ignore_errors=True)
+
+    def record(self, memory: Any, task: str, at_once: bool) -> tuple[dict[str, Any], Any]:
+        """A played record of ``task``: the oracle's, or buying at once; with its embedding."""
+        shop = self.env.unwrapped
+        plan = shop.oracle_actions(task)
+        if at_once:
+            plan = [a for a in plan if a.startswith(("search[", "click[next", "click[b0")) or a == "click[buy now]"]
+        obs, info = self.env.reset(options={"task_id": task})
+        vec = memory.embed_task(info["instruction"], obs)
+        steps, won = [], False
+        for action in plan:
+            obs, reward, terminated, _, info = self.env.step(action)
+            steps.append({"action": action, "observation": obs, "reward": reward})
+            won = bool(info.get("won"))
+            if terminated:
+                break
+        return {"task_id": task, "family": info["task_family"], "instruction": info["instruction"], "steps": steps,
+                "success": won, "score": info.get("score")}, vec
 
 
-def run_study(out: str | Path, *, share: float = 0.3, rules: int = 20, iterations: int = 3, train_per_iter: int = 50,
-              heldout: int = 100, error_rate: float = 0.05, seed: int = 0,
-              policies: Sequence[str] = POLICIES, progress: bool = True) -> list[Outcome]:
-    """Every policy through the study, then ``report.md``, ``results.json`` and ``curves.png`` in ``out``."""
-    from rich.progress import Progress
+def randomised_exposure(synthesise: Callable[[list[dict[str, str]]], str], records: Sequence[str],
+                        flagged: Sequence[str], n: int, seed: int = 0) -> dict[str, Any]:
+    """A causal estimate of copying (the paper's §F.1, at synthesis): ``n`` synthesis calls,
+    each from a clean record, with a flagged record added to the prompt or not by a coin.
 
-    from ap_gym.backbones.embedders import make_embedder
+    Args:
+        synthesise: one synthesis call on messages (a backbone's ``generate``, text out).
+        records: formatted clean records (the material).
+        flagged: formatted records that carry the error (successful ones that bought at once).
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    embedder = make_embedder("default")
-    per_policy = (iterations + 1) * heldout + iterations * train_per_iter
-    outcomes = []
-    work = Path(tempfile.mkdtemp(prefix="ap_gym_injection_"))
-    try:
-        with Progress(disable=not progress) as bar:
-            task = bar.add_task("injection study (scripted backbone)", total=per_policy * len(policies))
-            for name in policies:
-                outcomes.append(study(name, share=share, rules=rules, iterations=iterations,
-                                      train_per_iter=train_per_iter, heldout=heldout, error_rate=error_rate,
-                                      seed=seed, embedder=embedder, workdir=work,
-                                      advance=lambda n=1: bar.advance(task, n)))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    settings = {"share": share, "rules": rules, "iterations": iterations, "train_per_iter": train_per_iter,
-                "heldout": heldout, "error_rate": error_rate, "seed": seed}
-    (out / "results.json").write_text(json.dumps({"label": LABEL, "settings": settings,
-                                                  "outcomes": [asdict(o) for o in outcomes]}, indent=1, default=str))
-    (out / "report.md").write_text(report_text(outcomes, settings))
-    plot(outcomes, out / "curves.png")
-    return outcomes
+    Returns:
+        the flagged-output counts of each arm and their difference with its 95 % interval.
+    """
+    from ap_gym.prompts import load_prompt
+    from ap_gym.seeding import derived_rng
+
+    counts = {True: [0, 0], False: [0, 0]}
+    for i in range(n):
+        rng = derived_rng("exposure", seed, i)
+        exposed = rng.random() < 0.5
+        material = [rng.choice(list(records)), rng.choice(list(flagged if exposed else records))]
+        prompt = load_prompt("synth_imitation").format(instruction="a shopping task", records="\n\n".join(
+            f"[{k + 1}] {r}" for k, r in enumerate(material)))
+        text = synthesise([{"role": "user", "content": prompt}])
+        counts[exposed][0] += recommends_buying_at_once(text)
+        counts[exposed][1] += 1
+    effect: Estimate = difference(counts[True][0], counts[True][1], counts[False][0], counts[False][1])
+    return {"exposed": tuple(counts[True]), "control": tuple(counts[False]), "effect": effect}
 
 
-def table_rows(outcomes: Sequence[Outcome], share: float, rules: int) -> list[str]:
-    header = ("policy", "held-out success", "bought at once", "wrong guidance shown", "new abstractions",
-              "wrong given exposed", "wrong given unexposed", "q", "alpha", "eta", "wrong seeded still active")
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for o in outcomes:
-        cells = [o.policy, f"{o.heldout_success:.2f}", f"{o.heldout_bought_at_once:.2f}", f"{o.heldout_wrong_guidance:.2f}",
-                 o.new_abstractions, o.new_flagged_exposed, o.new_flagged_unexposed,
-                 *("-" if math.isnan(v) else f"{v:.2f}" for v in (o.q, o.alpha, o.eta)),
-                 f"{o.active_wrong_seeded_at_end}/{round(share * rules)}" if o.seeded else "-"]
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    return lines
+def run_study(out: str | Path, config: Injection | None = None, *, exposure_calls: int = 200,
+              progress: bool = True) -> dict[str, Any]:
+    """The study: every arm through the protocol, the randomised-exposure check of the
+    synthesiser, and ``out/report.md`` with its tables. Returns the figures."""
+    from ap_gym.policies.records import format_record
+    from ap_gym.report.injection import injection_tables, write_injection_report
+
+    config = config or Injection()
+    study = Study(config, Path(out) / "run")
+    run_dir = study.run(progress=progress)
+    tables = injection_tables(run_dir, recommends_buying_at_once, bought_at_once,
+                              {label: ARMS[label][2] for label in config.arms})
+    exposure = exposure_check(study, config, exposure_calls, format_record)
+    actor = study.actor
+    compliance = actor.followed / actor.offered if actor.offered else float("nan")
+    truth = config.copying * (1 - config.base_error)
+    head = [f"**{LABEL}**", "", f"Parameters: {config.to_dict()}.", "",
+            f"Realised compliance: the actor took {actor.followed} of the {actor.offered} commands its guidance "
+            f"offered ({compliance:.2f}; set {config.compliance}).",
+            f"Randomised exposure at synthesis ({exposure_calls} calls, a flagged record added to the prompt by a "
+            f"coin): flagged outputs {exposure['exposed'][0]}/{exposure['exposed'][1]} exposed, "
+            f"{exposure['control'][0]}/{exposure['control'][1]} not; causal effect {exposure['effect']} "
+            f"(truth copying x (1 - base error) = {truth:.2f})."]
+    write_injection_report(run_dir, out, tables, head, bought_at_once)
+    return {"run": run_dir, "report": Path(out) / "report.md", "tables": tables, "exposure": exposure,
+            "compliance": compliance}
 
 
-def report_text(outcomes: Sequence[Outcome], settings: Mapping[str, Any]) -> str:
-    seeded = next((o for o in outcomes if o.seeded), None)
-    lines = ["# Injection study: known wrong rules in, what comes out", "", f"**{LABEL}**", "",
-             "The memory of every design starts with the same seeded rules, a known share of them wrong "
-             "(\"On the item page, buy at once: 'click[buy now]'\": buying before choosing the instruction's "
-             "options fails). The actor follows any admissible command its guidance recommends; synthesis copies "
-             "its records. If the harness measures what it should, abstraction memory reuses the stored wrong "
-             "rules and writes them again from the failures they cause (error reproduction), while "
-             "Anti-Persistence, which discards its guidance after each episode, does not carry them forward. "
-             "Random and walkthrough are the floor and the ceiling of these tasks.", "",
-             f"Settings: {json.dumps(dict(settings))}.", ""]
-    if seeded is not None:
-        low, high = wilson(seeded.seeded_flagged, seeded.seeded)
-        lines += [f"Audit of the seeded store: {seeded.seeded_flagged}/{seeded.seeded} flagged = "
-                  f"{seeded.seeded_flagged / seeded.seeded:.2f} (Wilson 95 % [{low:.2f}, {high:.2f}]); injected "
-                  f"{settings['share']:.2f}.", ""]
-    lines += ["## Final held-out iteration (scripted backbone)", "",
-              *table_rows(outcomes, settings["share"], settings["rules"]), "",
-              "*Wrong given exposed*: new abstractions written from records whose prompts held a wrong rule, and "
-              "how many of them are wrong; q, alpha and eta are per synthesis invocation.", "",
-              "![held-out success and wrong-rule following per iteration (scripted backbone)](curves.png)", ""]
-    return "\n".join(lines)
+def exposure_check(study: Study, config: Injection, n: int, format_record: Any) -> dict[str, Any]:
+    """:func:`randomised_exposure` on the study's own synthesiser and Shop records: clean ones
+    (the oracle's, with options) and flagged ones (bought at once, and won: optionless)."""
+    from ap_gym.memory import Record
 
+    shop = study.env.unwrapped
 
-def plot(outcomes: Sequence[Outcome], path: Path) -> None:
-    import matplotlib
+    class _Embed:  # records need no embedding here
+        def embed_task(self, *_: Any) -> None:
+            return None
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    clean, flagged = [], []
+    for task in study.train_ids[:60]:
+        at_once = shop.goal(task).category in config.optionless
+        record, _ = study.record(_Embed(), task, at_once=at_once)
+        text = format_record(Record(0, **record, iteration=0, mode=None))
+        (flagged if at_once and record["success"] else clean).append(text)
+    synthesise = synthesiser(config.copying, config.base_error)
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-"), ("P", "--"), ("X", ":"), ("*", "-.")]
-    for k, o in enumerate(outcomes):  # markers and dashes tell overlapping lines apart
-        iters = sorted(o.curve)
-        marker, dash = styles[k % len(styles)]
-        for ax, j in ((axes[0], 0), (axes[1], 1)):
-            ax.plot(iters, [100 * o.curve[i][j] for i in iters], marker=marker, linestyle=dash, label=o.policy,
-                    markersize=8 - k * 0.5, alpha=0.85)
-    axes[0].set_ylabel("held-out success (%)")
-    axes[1].set_ylabel("held-out episodes that bought at once (%)")
-    for ax in axes:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("iteration (-1: seeded memory, before training)")
-        ax.set_ylim(-3, 103)
-    axes[0].legend(fontsize=7)
-    fig.suptitle("Injection study. " + LABEL, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    def call(messages: list[dict[str, str]]) -> str:
+        from ap_gym.seeding import derived_rng
 
+        return synthesise(messages[-1]["content"], derived_rng(config.seed, "exposure", messages[-1]["content"]))
 
-def main(argv: Sequence[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--share", type=float, default=0.3, help="share of wrong rules among the seeded ones")
-    parser.add_argument("--rules", type=int, default=20)
-    parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--train-per-iter", type=int, default=50)
-    parser.add_argument("--heldout", type=int, default=100)
-    parser.add_argument("--error-rate", type=float, default=0.05)
-    parser.add_argument("--out", default="results/injection")
-    args = parser.parse_args(argv)
-    t = time.monotonic()
-    outcomes = run_study(args.out, share=args.share, rules=args.rules, iterations=args.iterations,
-                         train_per_iter=args.train_per_iter, heldout=args.heldout, error_rate=args.error_rate)
-    summary = report_text(outcomes, {"share": args.share, "rules": args.rules, "iterations": args.iterations,
-                                     "train_per_iter": args.train_per_iter, "heldout": args.heldout,
-                                     "error_rate": args.error_rate}).split("## Final held-out iteration")[0]
-    lines = [LABEL, "", summary.splitlines()[-2], "", *table_rows(outcomes, args.share, args.rules), ""]
-    lines += [f"- {o.policy}: {o.extra}" for o in outcomes if o.extra]
-    lines += ["", f"{time.monotonic() - t:.0f} s; report: {args.out}/report.md"]
-    print(f"machine: {platform.machine()}, {platform.system()} {platform.release()}, Python {platform.python_version()}")
-    print("\n".join(lines))
-    return "\n".join(lines)
-
-if __name__ == "__main__":
-    main()
+    return randomised_exposure(call, clean, flagged, n, config.seed)

@@ -151,3 +151,13 @@ def test_the_demo_run_shows_its_range_and_says_what_it_shows(tmp_path):
     final = {r["method"]: float(r["success_mean"]) for r in rows(out / "final_success.csv")}
     assert set(final) == {"random", "walkthrough", "no_memory", "trajectory", "abstraction", "anti_persistence"}
     assert final["walkthrough"] == 100.0  # the ceiling of these tasks
+
+
+def test_the_report_can_label_with_a_judge_and_names_its_labeller(tiny_run, tmp_path):
+    assert main(["report", str(tiny_run), "--out", str(tmp_path / "judged"), "--judge", "tiny:seed=2"]) == 0
+    text = (tmp_path / "judged" / "report.md").read_text()
+    assert "EnvironmentLabeller or JudgeLabeller(tiny-llama(seed=2))" in text
+    assert "not measured here" in text  # a judge's precision is not claimed
+    rules = (tiny_run / "report" / "report.md").read_text() if (tiny_run / "report" / "report.md").exists() else \
+        (write_report([tiny_run], out=tmp_path / "rules") / "report.md").read_text()
+    assert "Labeller: EnvironmentLabeller: precision" in rules

@@ -1,0 +1,91 @@
+"""The injection study: errors planted where each design reads, through the protocol's loop."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ap_gym.backbones.scripted import ScriptedActor
+from ap_gym.protocol.results import load_abstractions, load_episodes
+from ap_gym.studies.injection import (
+    AVOID,
+    RIGHT,
+    WRONG,
+    Injection,
+    bought_at_once,
+    recommends_buying_at_once,
+    run_study,
+    synthesiser,
+)
+
+SMALL = Injection(iterations=1, train_per_iter=20, heldout=20, seeded=12,
+                  arms=("anti_persistence", "ap_persist", "abstraction", "trajectory", "no_memory"))
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    return run_study(tmp_path_factory.mktemp("injection"), SMALL, exposure_calls=200, progress=False)
+
+
+def test_the_labeller_and_the_synthesiser_do_what_the_study_says():
+    assert recommends_buying_at_once(WRONG) and not recommends_buying_at_once(AVOID)
+    assert not recommends_buying_at_once(RIGHT)
+    assert bought_at_once(["search[x]", "click[b0abcdefgh]", "click[buy now]"])
+    assert not bought_at_once(["search[x]", "click[b0abcdefgh]", "click[9]", "click[buy now]"])
+    import random
+
+    write = synthesiser(copying=1.0, base_error=0.0)
+    record = "Task: t\nOutcome: success, score 100 in 3 steps\nTrajectory:\n> search[x]\n> click[b0abcdefgh]\n" \
+             "> click[buy now]"
+    assert write(f"Successful attempts:\n[1] {record}", random.Random(0)) == WRONG
+    assert write(f"avoid the mistakes\n[1] {record}", random.Random(0)) == AVOID
+
+
+def test_the_actor_follows_its_guidance_at_the_set_rate():
+    tasks = {f"buy item {k}": ["search[x]", "click[b0abcdefgh]", "click[red]", "click[buy now]"] for k in range(300)}
+    actor = ScriptedActor(tasks, synthesiser(1.0, 0.0), compliance=0.5, seed=3)
+    page = "item page\n\nAdmissible commands: click[red], click[buy now]"
+    took = 0
+    for instruction in tasks:
+        took += actor.act([{"role": "system", "content": f"Your task: {instruction}\n\n## Lessons\n{WRONG}"},
+                           {"role": "user", "content": "search"}, {"role": "assistant", "content": "search[x]"},
+                           {"role": "user", "content": "results"}, {"role": "assistant", "content": "click[b0abcdefgh]"},
+                           {"role": "user", "content": page}]) == "click[buy now]"
+    assert actor.offered == 300 and actor.followed == took and 0.42 <= took / 300 <= 0.58
+
+
+def test_discarding_guidance_beats_persisting_it_with_the_same_records(study):
+    (headline, _) = study["tables"]
+    discard, persist = (float(cell.split()[0]) for cell in headline.rows[0][:2])
+    assert discard > persist
+    run = study["run"]
+    assert not load_abstractions(run / "shop/anti_persistence/seed0")  # discard stores nothing
+    assert any(a.kind == "guidance" for a in load_abstractions(run / "shop/ap_persist/seed0"))
+
+
+def test_the_indirect_path_is_open_to_anti_persistence(study):
+    """Seeded successful records that bought at once reach imitation: Anti-Persistence writes the
+    wrong rule again in some episodes' guidance; immunity is not built into where errors were put."""
+    lines = [x for x in load_episodes(study["run"]) if x["policy"] == "anti_persistence"]
+    assert any(recommends_buying_at_once(x["policy_info"].get("mode_guidance") or "") for x in lines)
+
+
+def test_the_audit_sees_copying_in_abstraction_memory(study):
+    (_, table) = study["tables"]
+    row = next(r for r in table.rows if r[0] == "abstraction")
+    alpha, beta = (float(cell.split()[0]) for cell in (row[7], row[8]))
+    assert alpha > beta
+
+
+def test_randomised_exposure_recovers_the_copying_rate(study):
+    truth = SMALL.copying * (1 - SMALL.base_error)
+    assert study["exposure"]["effect"].covers(truth)
+    assert 0.6 <= study["compliance"] <= 0.95  # realised against the set 0.8
+
+
+def test_the_report_says_what_the_study_is(study, tmp_path):
+    report = study["report"].read_text()
+    assert "not a model result" in report and "Discard against persist" in report
+    config = json.loads((study["run"] / "config.json").read_text())["config"]
+    assert {p["label"]: bool(p["initial_state"]) for p in config["policies"]}["no_memory"] is False
