@@ -118,6 +118,20 @@ def _backbone_overrides(values: list[str] | None) -> dict:
     return out
 
 
+def _env_options(values: list[str] | None) -> dict:
+    """``--env-option BENCHMARK.KEY=VALUE`` (the value read as YAML) as ``env_options``."""
+    import yaml
+
+    out: dict = {}
+    for value in values or []:
+        key, sep, raw = value.partition("=")
+        benchmark, dot, option = key.partition(".")
+        if not sep or not dot or not benchmark or not option:
+            raise SystemExit(f"--env-option takes BENCHMARK.KEY=VALUE (alfworld.games=generated), not {value!r}")
+        out.setdefault(benchmark, {})[option] = yaml.safe_load(raw)
+    return out
+
+
 def _label_spec(value: str) -> tuple[str, str]:
     label, sep, spec = value.partition("=")
     if not sep or not label or not spec:
@@ -136,7 +150,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     serving = {k: v for k, v in {"deadline_s": args.deadline, "retries": args.serving_retries,
                                  "concurrency": args.concurrency}.items() if v is not None}
     config = RunConfig.from_file(
-        args.config, name=args.name, workers=args.workers, threads=args.threads, out=args.out, embedder=args.embedder,
+        args.config, env_options=_env_options(args.env_option) or None, name=args.name, workers=args.workers, threads=args.threads, out=args.out, embedder=args.embedder,
         iterations=args.iterations, seeds=args.seeds, executor=args.executor, ray_address=args.ray_address,
         lanes=args.lanes, serving=serving or None, **_backbone_overrides(args.backbone),
         **({"judges": dict(_label_spec(v) for v in args.judge)} if args.judge else {}),
@@ -242,6 +256,21 @@ def _cmd_injection(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_supplied_skills(args: argparse.Namespace) -> int:
+    from ap_gym.errors import APGymError
+    from ap_gym.studies.supplied_skills import run_supplied_skills
+
+    try:
+        run_dir = run_supplied_skills(args.skills, args.out, backbone=args.backbone, heldout=args.heldout,
+                                      seeds=tuple(args.seeds), max_steps=args.max_steps,
+                                      agent={"action_mode": args.action_mode})
+    except APGymError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"report: {run_dir / 'report.md'}")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from ap_gym.backbones.server import ServerLimits, serve
 
@@ -255,7 +284,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ap-gym", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_parser_list, _parser_games, _parser_demo, _parser_run, _parser_report, _parser_view, _parser_skills, _parser_injection, _parser_serve):
+    for add in (_parser_list, _parser_games, _parser_demo, _parser_run, _parser_report, _parser_view, _parser_skills, _parser_injection, _parser_supplied_skills, _parser_serve):
         add(sub)
     return parser
 
@@ -301,6 +330,8 @@ def _parser_run(sub: Any) -> None:
                         "(repeat it); the config's backbones: otherwise")
     p.add_argument("--benchmarks", nargs="+", help="run these benchmarks instead of the config's "
                    "(for example shop in place of webshop without WebShop's data)")
+    p.add_argument("--env-option", action="append", metavar="BENCHMARK.KEY=VALUE",
+                   help="an env option over the config's env_options (alfworld.games=generated)")
     p.add_argument("--judge", action="append",
                    help="LABEL=SPEC: a judging backbone (judges:), named by a policy's judge_backbone option")
     p.add_argument("--embedder", help="default | sentence-transformers path | http://server/v1 (its /v1/embeddings)")
@@ -363,6 +394,18 @@ def _parser_injection(sub: Any) -> None:
     p.add_argument("--heldout", type=int, default=100)
     p.add_argument("--out", default="results/injection")
     p.set_defaults(func=_cmd_injection)
+
+
+def _parser_supplied_skills(sub: Any) -> None:
+    p = sub.add_parser("supplied-skills", help="the paper's F.1: no skill, correct skills, wrong skills, same tasks")
+    p.add_argument("skills", help="a skills YAML file (benchmarks/skills/shop.yaml)")
+    p.add_argument("--backbone", default="default", help="default | tiny | model path | http://server/v1")
+    p.add_argument("--heldout", type=int, default=20, help="held-out tasks (spread over the split)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--max-steps", type=int, default=15)
+    p.add_argument("--action-mode", choices=["react", "generate", "choose"], default="react")
+    p.add_argument("--out", default="results")
+    p.set_defaults(func=_cmd_supplied_skills)
 
 
 def _parser_serve(sub: Any) -> None:

@@ -7,7 +7,9 @@ by its challenge settings and seed, generated on first use (3-5 s) and cached un
 user cache directory (``ap-gym games textworld`` makes them all ahead of time). In each
 challenge, every third game by difficulty is held out: 40 training games, 20 held-out.
 
-The instruction states the goal, never the route. TextWorld's own objectives for
+The instruction states the goal, never the route, and the first observation holds neither
+TextWorld's banner nor its own objective (:func:`first_observation`): the room, as later
+observations show rooms. TextWorld's own objectives for
 ``tw-coin_collector`` and ``tw-treasure_hunter`` paraphrase the walkthrough step by step
 ("First of all, go north. With that done, go west. ...": the instruction would be the
 solution, and memory could only interfere), and ``tw-cooking`` shows one generic line in
@@ -32,6 +34,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -45,7 +48,7 @@ from ap_gym.errors import EnvInfrastructureError
 from ap_gym.paths import cache_dir, publish_dir
 from ap_gym.text import Grammar
 
-__all__ = ["GameSpec", "TextWorldEnv", "default_suite", "ensure_game", "generate_game", "goal_of"]
+__all__ = ["GameSpec", "TextWorldEnv", "default_suite", "ensure_game", "first_observation", "generate_game", "goal_of"]
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,24 @@ def zmachine_command(action: str) -> str:
     return " ".join(action.replace("\\", " ").split())[:ZMACHINE_COMMAND_BYTES].rstrip()
 
 
+_ROOM = re.compile(r"^-= .+ =-$", re.M)
+#: TextWorld's prompt and status line at the end of an observation: ">   ...   -= Room =-0/1".
+_STATUS = re.compile(r"\n*>\s*(?:-= .* =-\S*)?\s*$")
+
+
+def first_observation(feedback: str, objective: str) -> str:
+    """What the agent sees first: the room, without TextWorld's banner (ASCII art) and its
+    own objective, which spells the whole route for coin collectors and treasure hunts
+    ("First of all, go north. ...") and would hand the agent the solution; the env's
+    instruction states the goal instead (:func:`goal_of`). A game without a room header
+    keeps its text, minus the objective."""
+    room = _ROOM.search(feedback)
+    text = feedback[room.start():] if room else feedback
+    if objective.strip():
+        text = text.replace(objective.strip(), "")
+    return text.strip("\n")
+
+
 def _section(text: str, title: str) -> list[str]:
     lines = text.split(title, 1)[1].splitlines() if title in text else []
     out = []
@@ -288,6 +309,9 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
         games: the user's own games instead of the default suite (files, a directory,
             or a mapping from split to either).
         admissible_commands: put the engine's admissible commands in ``info`` (default on).
+        status_line: keep TextWorld's prompt and status line (``> -= Room =-0/1``) and its
+            runs of padding at the end of each observation; ``False`` drops them, so that
+            equal states give equal observations (state matching, as GiGPO's anchors need).
         render_mode: ``"ansi"`` or ``"human"``.
     """
 
@@ -303,9 +327,11 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
         split: str = "train",
         games: Any = None,
         admissible_commands: bool = True,
+        status_line: bool = True,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(split=split, admissible_commands=admissible_commands, render_mode=render_mode)
+        self.status_line = status_line
         if games is None:
             suite = default_suite()
             self._specs = {s.task_id: s for specs in suite.values() for s in specs}
@@ -363,7 +389,7 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
                 raise ValueError(f"game {path} carries no walkthrough (its .json metadata lacks one)")
             extra["walkthrough"] = list(walkthrough)
         return StartResult(
-            observation=state.feedback or "",
+            observation=self._text(first_observation(state.feedback or "", state.get("objective") or "")),
             instruction=self._goal(task_id, path) or state.get("objective") or "",
             score=float(state.get("score") or 0),
             max_score=float(state.get("max_score") or 0) or None,
@@ -401,7 +427,13 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
             ) from e
         won = bool(state.get("won"))
         lost = bool(state.get("lost")) and not won
-        return StepResult(state.feedback or "", float(score or 0), won, lost, self._admissible_from(state))
+        return StepResult(self._text(state.feedback or ""), float(score or 0), won, lost, self._admissible_from(state))
+
+    def _text(self, observation: str) -> str:
+        if self.status_line:
+            return observation
+        text = _STATUS.sub("", observation)
+        return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
 
     def _admissible_from(self, state: Any) -> list[str] | None:
         if not self._admissible:

@@ -46,6 +46,7 @@ from ap_gym.options import Options
 from ap_gym.policies.base import BasePolicy
 from ap_gym.policies.registry import register_policy
 from ap_gym.prompts import load_prompt
+from ap_gym.text import count_tokens
 
 __all__ = ["AgentConfig", "NoMemory", "ReActAgent", "normalise_action", "parse_react"]
 
@@ -68,6 +69,11 @@ class AgentConfig(Options):
         max_observation_chars: observations are cut to this length in the prompt.
         list_admissible: show the admissible commands in the prompt.
         max_admissible_listed: list at most this many (ScienceWorld has hundreds).
+        max_prompt_tokens: the prompt's declared budget, in ap-gym's token proxy (words and
+            punctuation; a BPE tokenizer counts about 1.3 times as many): the oldest turns
+            of the history go first when the prompt would exceed it, so the prompt stays
+            inside the model's context and an overflow (a failure of the method) is rare.
+            ``None``: the history window alone bounds it.
         generation: decoding options for ``generate`` mode.
         react_generation: decoding options for ``react`` mode (room for a thought).
     """
@@ -78,6 +84,7 @@ class AgentConfig(Options):
     max_observation_chars: int = Field(default=2000, ge=1)
     list_admissible: bool = True
     max_admissible_listed: int = Field(default=60, ge=0)
+    max_prompt_tokens: int | None = Field(default=None, ge=64)
     generation: GenerationConfig = GenerationConfig(max_new_tokens=24, stop=("\n",))
     react_generation: GenerationConfig = GenerationConfig(max_new_tokens=128, stop=("\nObservation", "\n\n"))
 
@@ -185,7 +192,13 @@ class ReActAgent(BasePolicy):
             listed = list(admissible)[: self.config.max_admissible_listed]
             more = len(admissible) - len(listed)
             current += "\n\nAdmissible commands: " + ", ".join(listed) + (f" (and {more} more)" if more > 0 else "")
-        return [{"role": "system", "content": self._system}, *self._turns, {"role": "user", "content": current}]
+        messages = [{"role": "system", "content": self._system}, *self._turns, {"role": "user", "content": current}]
+        budget = self.config.max_prompt_tokens
+        while budget is not None and len(self._turns) >= 2 and sum(count_tokens(m["content"]) for m in messages) > budget:
+            self._turns = self._turns[2:]  # the oldest observation and reply go first
+            self.decisions["history_trimmed"] = self.decisions.get("history_trimmed", 0) + 1
+            messages = [messages[0], *self._turns, messages[-1]]
+        return messages
 
     @staticmethod
     def transcript(messages: Sequence[Message]) -> str:
@@ -234,8 +247,20 @@ class ReActAgent(BasePolicy):
 
 @register_policy("no_memory", needs=("backbone", "seed"))
 class NoMemory(ReActAgent):
-    """The acting agent alone: the no-memory baseline."""
+    """The acting agent alone: the no-memory baseline.
+
+    Args:
+        skills: given skills shown in every prompt (the paper's §F.1: correct or wrong skill
+            texts supplied to an agent without memory); none by default.
+    """
 
     def __init__(self, backbone: Backbone, agent: AgentConfig | Mapping[str, Any] | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, skills: Sequence[str] = ()) -> None:
         super().__init__(backbone, agent, seed)
+        if isinstance(skills, str):
+            raise ValueError("skills is a list of texts, not one string")
+        self.skills = [str(s) for s in skills]
+
+    def _begin(self, observation: str, info: Mapping[str, Any]) -> None:
+        guidance = "## Skills\n" + "\n".join(f"- {s}" for s in self.skills) if self.skills else None
+        self.start(observation, info, guidance)

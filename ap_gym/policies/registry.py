@@ -88,6 +88,10 @@ class PolicyInfo:
     def env_needs(self) -> frozenset[str]:
         return self.needs & ENV_NEEDS
 
+    def option_names(self) -> frozenset[str]:
+        """The options this policy takes (its factory's keyword arguments)."""
+        return frozenset(_options_model(self.factory).model_fields)
+
     def check_options(self, options: Mapping[str, Any]) -> None:
         """Raise :class:`OptionError` for the first option this policy cannot take (an
         unknown key at any depth, a value of the wrong kind), naming its path."""

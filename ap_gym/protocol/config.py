@@ -100,6 +100,8 @@ class RunConfig(BaseModel):
             a user's envs and policies.
         benchmarks: short names (``textworld``, ``scienceworld``, ...) or registered env ids.
         policies: what to compare.
+        policy_defaults: options every policy that takes them gets, under its own (a policy's
+            own options win, key by key): the paper's agent for every method, say.
         backbone: ``default``, ``tiny``, a model path, or an OpenAI-compatible URL
             (``served:<model>`` in a shared config: the URL is given at run time with
             ``--backbone``).
@@ -143,6 +145,7 @@ class RunConfig(BaseModel):
     imports: tuple[str, ...] = ()
     benchmarks: tuple[str, ...] = Field(default=("textworld",), min_length=1)
     policies: tuple[PolicySpec, ...] = Field(default=(PolicySpec(name="no_memory"),), min_length=1)
+    policy_defaults: dict[str, Any] = Field(default_factory=dict)
     backbone: str = "default"
     backbones: dict[str, str] | None = None
     judges: dict[str, str] | None = None
@@ -170,14 +173,25 @@ class RunConfig(BaseModel):
     def _name_is_a_path_component(cls, value: str) -> str:
         return _safe_name(value, "run name")
 
-    @field_validator("backbones")
+    @field_validator("backbones", "judges")
     @classmethod
     def _backbone_labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
         if value is not None:
             if not value:
-                raise ValueError("backbones: name at least one (label: spec), or use backbone:")
-            for label in value:
+                raise ValueError("name at least one (label: spec)")
+            for label, spec in value.items():
                 _safe_name(label, "backbone label")
+                if not str(spec).strip():
+                    raise ValueError(f"{label!r} has an empty spec: give its server (--backbone {label}=http://HOST:"
+                                     "PORT/v1) or a model; an empty one would run the packaged SmolLM2 under "
+                                     f"the name {label!r}")
+        return value
+
+    @field_validator("backbone", "embedder")
+    @classmethod
+    def _spec_is_given(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("an empty spec: name a model (default, tiny, a path) or a server URL")
         return value
 
     @model_validator(mode="after")
@@ -192,10 +206,21 @@ class RunConfig(BaseModel):
         labels = [p.label for p in self.policies]
         if len(set(labels)) != len(labels):
             raise ValueError(f"policy labels must be unique: {labels}")
+        if self.policy_defaults:
+            object.__setattr__(self, "policies", tuple(self._with_defaults(p) for p in self.policies))
+            object.__setattr__(self, "policy_defaults", {})
         self._policies_take_their_options()
         self._envs_can_serve_the_policies()
         self._served_models_have_urls()
         return self
+
+    def _with_defaults(self, spec: PolicySpec) -> PolicySpec:
+        """``spec`` with ``policy_defaults`` under its own options, for the keys its policy takes."""
+        from ap_gym.policies import get_policy
+
+        takes = get_policy(spec.name).option_names()
+        merged = _merge({k: v for k, v in self.policy_defaults.items() if k in takes}, spec.options)
+        return spec.model_copy(update={"options": merged})
 
     def _policies_take_their_options(self) -> None:
         """Every policy's options, at any depth, against what the policy takes: a misspelled
@@ -234,13 +259,19 @@ class RunConfig(BaseModel):
         named = [("backbone", None, self.backbone)] if not self.backbones else []
         named += [("backbones", label, spec) for label, spec in (self.backbones or {}).items()]
         named += [("judges", label, spec) for label, spec in (self.judges or {}).items()]
+        named += [("embedder", None, self.embedder)]
         missing = [(key, label, spec) for key, label, spec in named if spec.startswith(SERVED)]
         if missing:
-            flags = " ".join(f"--{'judge' if key == 'judges' else 'backbone'} {label + '=' if label else ''}"
+            flag = {"judges": "judge", "embedder": "embedder"}
+            flags = " ".join(f"--{flag.get(key, 'backbone')} {label + '=' if label else ''}"
                              f"http://HOST:PORT/v1" for key, label, _ in missing)
             models = ", ".join(f"{label or key}: {spec[len(SERVED):]}" for key, label, spec in missing)
+            embedder = any(key == "embedder" for key, _, _ in missing)
             raise ValueError(f"the config names served models without their servers ({models}); give each URL at "
-                             f"run time: ap-gym run CONFIG {flags}")
+                             f"run time: ap-gym run CONFIG {flags}" + (
+                                 ". For the embedder, --embedder default takes the packaged all-MiniLM-L6-v2 "
+                                 "instead: then rho = 0.7 is on another similarity scale than the paper's, and "
+                                 "every report says which embedder ran" if embedder else ""))
 
     # ------------------------------------------------------------------ io
     @classmethod
@@ -270,7 +301,7 @@ class RunConfig(BaseModel):
             if value is None:
                 continue
             if isinstance(value, Mapping) and isinstance(data.get(key), Mapping):
-                value = {**data[key], **value}
+                value = _merge(data[key], value)
             data[key] = value
         return cls.from_dict(data)
 
@@ -309,6 +340,15 @@ class RunConfig(BaseModel):
         defaults = {"eval_before_training": False, "judges": None}
         return {k: v for k, v in self.to_dict().items()
                 if k not in EXECUTION_KEYS and not (k in defaults and v == defaults[k])}
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` on ``base``, mappings merged key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) \
+            else value
+    return out
 
 
 def _explain(error: ValidationError) -> str:

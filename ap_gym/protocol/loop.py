@@ -33,9 +33,8 @@ from ap_gym.protocol.setting import (
     Resources,
     Setting,
     build_policy,
-    check_backbones,
     make_env,
-    needs_embedder,
+    preflight,
     run_with_retries,
 )
 from ap_gym.seeding import derived_rng
@@ -127,8 +126,9 @@ class Runner:
         config = self.config
         run_dir = config.run_dir
         self._check_resumable(run_dir)
+        built = preflight(self.config, self.resources)  # every part checked now, never mid-grid; nothing written yet
         run_dir.mkdir(parents=True, exist_ok=True)
-        self._write_metadata(run_dir)
+        self._write_metadata(run_dir, built)
         settings = self.settings()
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       disable=not progress) as bar:
@@ -164,25 +164,23 @@ class Runner:
                 "or choose another run name (name: ... or --name)"
             )
 
-    def _write_metadata(self, run_dir: Path) -> None:
+    def _write_metadata(self, run_dir: Path, built: dict[str, Any]) -> None:
         import ap_gym
         from ap_gym.prompts import all_prompts
 
-        described = check_backbones(self.config, self.resources)  # served ones: checked now, not per episode
         from ap_gym.policies import get_policy
 
         meta: dict[str, Any] = {"config": self.config.to_dict(), "ap_gym_version": ap_gym.__version__,
                                 "policies": {p.label: {"name": p.name, "needs": sorted(get_policy(p.name).needs)}
                                              for p in self.config.policies}}
-        judges = {k.removeprefix("judge:"): described.pop(k) for k in list(described) if k.startswith("judge:")}
         if self.config.backbones:
-            meta["backbones"] = described
+            meta["backbones"] = built["backbones"]
         else:
-            meta["backbone"] = described.get("")
-        if judges:
-            meta["judges"] = judges
-        if needs_embedder(self.config):  # the report names it: similarity scales differ by embedder
-            meta["embedder"] = self.resources.embedder(self.config.embedder).identity
+            meta["backbone"] = built["backbones"].get("")
+        if built["judges"]:
+            meta["judges"] = built["judges"]
+        if built["embedder"]:  # the report names it: similarity scales differ by embedder
+            meta["embedder"] = built["embedder"]
         atomic_write_json(run_dir / "config.json", meta)
         atomic_write_json(run_dir / "prompts.json", all_prompts())
 

@@ -15,7 +15,7 @@ from typing import Any
 from ap_gym.protocol.config import PolicySpec, RunConfig
 from ap_gym.types import Episode, Termination
 
-__all__ = ["Resources", "Setting", "build_policy", "make_env", "run_with_retries"]
+__all__ = ["Resources", "Setting", "build_policy", "make_env", "preflight", "run_with_retries"]
 
 
 @dataclass(frozen=True)
@@ -101,27 +101,77 @@ def scores_candidates(spec: PolicySpec) -> bool:
     return AgentConfig.coerce(spec.options.get("agent")).action_mode == "choose"
 
 
-def check_backbones(config: RunConfig, resources: Resources) -> dict[str, Any]:
-    """Load every backbone of the run and, for served ones, check at the start that the model
-    is there and (when a policy scores candidates) that scoring works: a clear error now,
-    never one voided episode after another. Returns each backbone's description."""
+def preflight(config: RunConfig, resources: Resources) -> dict[str, Any]:
+    """Before anything runs, build and check every part of the grid once: each benchmark's
+    env and its task lists, each backbone and judge (a served one: the model is listed and,
+    when a policy scores candidates, scoring works), the embedder (a probe is embedded).
+    Every problem is collected, so one message lists them all; a missing engine or data
+    set never surfaces after hours of other settings.
+
+    Returns:
+        what was built: ``backbones`` (label -> description), ``judges``, ``embedder``.
+
+    Raises:
+        ConfigError: one or more parts cannot be built, each named with its cause.
+    """
+    from ap_gym.protocol.config import ConfigError
+
+    problems: list[str] = []
+    for benchmark in config.benchmark_ids():
+        problems += _check(f"benchmark {benchmark}", lambda b=benchmark: _env_ready(config, b))
+    out: dict[str, Any] = {"backbones": {}, "judges": {}, "embedder": None}
+    if needs_backbone(config):
+        scoring = any(scores_candidates(p) for p in config.policies)
+        for label, spec in config.backbone_specs().items():
+            problems += _check(f"backbone {label or spec}", lambda s=spec, lab=label: out["backbones"].__setitem__(
+                lab or "", _backbone_ready(resources, s, scoring)))
+        for label, spec in (config.judges or {}).items():
+            problems += _check(f"judge {label}", lambda s=spec, lab=label: out["judges"].__setitem__(
+                lab, _backbone_ready(resources, s, False)))
+    if needs_embedder(config):
+        problems += _check(f"embedder {config.embedder}", lambda: out.__setitem__(
+            "embedder", _embedder_ready(resources, config.embedder)))
+    if problems:
+        raise ConfigError("the run cannot start; nothing was run:\n  - " + "\n  - ".join(problems))
+    return out
+
+
+def _check(what: str, fn: Any) -> list[str]:
+    try:
+        fn()
+    except Exception as e:  # every part's problem is reported, in one message
+        return [f"{what}: {type(e).__name__}: {e}"]
+    return []
+
+
+def _env_ready(config: RunConfig, benchmark: str) -> None:
+    env = make_env(config, benchmark)
+    try:
+        for split in ("train", "test"):
+            if not env.unwrapped.task_ids(split):
+                raise ValueError(f"its {split} split holds no task")
+    finally:
+        env.close()
+
+
+def _backbone_ready(resources: Resources, spec: str, scoring: bool) -> dict[str, Any]:
     from ap_gym.backbones.base import ServedBackbone
 
-    described: dict[str, Any] = {}
-    if not needs_backbone(config):
-        return described
-    scoring = any(scores_candidates(p) for p in config.policies)
-    for label, spec in config.backbone_specs().items():
-        backbone = resources.backbone(spec)
-        if isinstance(backbone, ServedBackbone):
-            backbone.check(scoring=scoring)
-        described[label or ""] = backbone.describe()
-    for label, spec in (config.judges or {}).items():
-        judge = resources.backbone(spec)
-        if isinstance(judge, ServedBackbone):
-            judge.check(scoring=False)
-        described[f"judge:{label}"] = judge.describe()
-    return described
+    backbone = resources.backbone(spec)
+    if isinstance(backbone, ServedBackbone):
+        backbone.check(scoring=scoring)
+    return dict(backbone.describe())
+
+
+def _embedder_ready(resources: Resources, spec: str) -> str:
+    import numpy as np
+
+    embedder = resources.embedder(spec)
+    vector = np.asarray(embedder.embed(["a probe of the embedder"]), dtype=np.float32)
+    if vector.shape != (1, embedder.dim) or not np.isfinite(vector).all():
+        raise ValueError(f"it embedded a probe as shape {vector.shape} (finite: {bool(np.isfinite(vector).all())}); "
+                         f"it declares {embedder.dim} dimensions")
+    return str(embedder.identity)
 
 
 def make_env(config: RunConfig, benchmark: str) -> Any:

@@ -208,14 +208,20 @@ def modes(r: Results, name: str) -> Table | None:
     groups: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)
     for x in r.lines:
         if x["method"] in labels and x["policy_info"].get("mode"):
-            groups[(x["method"], x["setting"], x["phase"])][x["policy_info"]["mode"]] += 1
+            key = (x["method"], x["setting"], x["phase"])
+            groups[key][x["policy_info"]["mode"]] += 1
+            groups[key]["(fallback)"] += x["policy_info"].get("mode_reason") == "fallback"
     rows, data = [], []
     for (m, s, phase), counts in sorted(groups.items()):
-        total = sum(counts.values())
-        rows.append([m, s, phase, *[f"{100 * counts[k] / total:.0f}%" for k in mode_names], total])
-        data += [[m, s, phase, k, counts[k], counts[k] / total] for k in mode_names]
-    return Table("modes", f"{name} mode usage per setting", ["method", "setting", "phase", *mode_names, "episodes"],
-                 rows, "Share of episodes in which the bandit (or the ablation) chose each mode.",
+        total = sum(counts[k] for k in mode_names)
+        rows.append([m, s, phase, *[f"{100 * counts[k] / total:.0f}%" for k in mode_names],
+                     f"{100 * counts['(fallback)'] / total:.0f}%", total])
+        data += [[m, s, phase, k, counts[k], counts[k] / total] for k in [*mode_names, "(fallback)"]]
+    return Table("modes", f"{name} mode usage per setting", ["method", "setting", "phase", *mode_names,
+                                                             "by the rho fallback", "episodes"], rows,
+                 "Share of episodes in which the bandit (or the ablation) chose each mode, and how many choices the "
+                 "bandit made by its global fallback (the neighbourhood's mean similarity below rho = 0.7: how much "
+                 "the embedder's similarity scale decides).",
                  ["method", "setting", "phase", "mode", "episodes", "share"], data)
 
 

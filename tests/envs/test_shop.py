@@ -98,3 +98,25 @@ def test_official_webshop_split_stays_inside_webshops_own():
     held = {goals[i]["asin"] for i in split["test"]}
     assert not held & {goals[i]["asin"] for i in split["train"]}
     assert webshop_split(goals, split_seed=3) == split != webshop_split(goals, split_seed=4)
+
+
+def test_no_held_out_goal_can_be_won_by_buying_a_training_target():
+    """44 of the 100 held-out goals could be won by a training instruction's target product:
+    memory could copy a winning product id."""
+    from ap_gym.envs.shop import wins
+
+    env = ShopEnv()
+    targets = {env.goal(t).asin for t in env.task_ids("train")}
+    assert not [t for t in env.task_ids("test") if any(wins(env.goal(t), env.by_asin[a]) for a in targets)]
+    assert len(env.task_ids("train")) == 200 and len(env.task_ids("test")) == 100
+
+
+def test_optionless_categories_name_no_option_and_leave_the_rest():
+    plain, study = ShopEnv(), ShopEnv(optionless=("grocery", "kitchen"))
+    assert plain.task_ids("test") == study.task_ids("test")
+    for t in study.task_ids("test"):
+        goal, other = study.goal(t), plain.goal(t)
+        if goal.category in ("grocery", "kitchen"):
+            assert goal.options == {} and "and price lower" in goal.instruction
+        else:
+            assert goal == other

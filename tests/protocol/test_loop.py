@@ -96,3 +96,24 @@ def test_backbone_labels_from_the_cli_merge_into_the_config(tmp_path):
     merged = RunConfig.from_file(cfg, serving={"deadline_s": args.deadline}, **_backbone_overrides(args.backbone))
     assert merged.backbones == {"a": "tiny", "b": "http://h:8000/v1"}
     assert (merged.serving.deadline_s, merged.serving.retries) == (9.0, 1)
+
+
+def test_a_policy_without_a_model_runs_once_and_carries_no_backbone_label(tmp_path):
+    """In a run of two backbones, random once ran (and was reported) once per backbone, under
+    each backbone's name, though no model touched it."""
+    import csv
+
+    from ap_gym.report import write_report
+    from tests.helpers import TINY_AGENT
+
+    data = config(tmp_path, benchmarks=["shop"], backbones={"a": "tiny", "b": "tiny:seed=1"}, iterations=1,
+                  train_per_iter=1, heldout=2, policies=[{"name": "random"},
+                                                         {"name": "no_memory", "options": {"agent": TINY_AGENT["agent"]}}])
+    run_dir = run(RunConfig.from_dict(data), progress=False)
+    dirs = sorted(p.parent.relative_to(run_dir).as_posix() for p in run_dir.rglob("episodes.jsonl"))
+    assert dirs == ["shop/a/no_memory/seed0", "shop/b/no_memory/seed0", "shop/random/seed0"]
+    out = write_report([run_dir], out=tmp_path / "report")
+    with open(out / "final_success.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["method"] == "random"]
+    assert sorted(r["setting"] for r in rows) == ["shop @ a", "shop @ b"]  # its one result, in each column
+    assert rows[0]["success_mean"] == rows[1]["success_mean"]

@@ -22,7 +22,9 @@ def ci_sized(name: str, out: Path, backbones: dict[str, str], **change) -> dict:
     """The config file with tiny backbones, one iteration and a few tasks (its grid kept)."""
     data = yaml.safe_load((PAPER / name).read_text())
     data.update(out=str(out), backbones=backbones, iterations=1, train_per_iter=2, heldout=2, max_steps=3,
-                seeds=[0], workers=1, retries=0, **change)
+                seeds=[0], workers=1, retries=0, embedder="default", **change)
+    if "alfworld" in data.get("env_options", {}):
+        data["env_options"]["alfworld"] = {"games": "generated"}
     if "judges" in data:
         data["judges"] = {label: "tiny:seed=9" for label in data["judges"]}
     for p in data["policies"]:  # short generations: the subject is the grid, not the model
@@ -51,16 +53,48 @@ def test_the_paper_files_hold_the_paper_grid():
     assert sum('"fixed_mode"' in o for o in options) == 4
 
 
+SERVERS = {"llama-4-scout": "http://a:1/v1", "qwen3-coder-next": "http://b:1/v1", "gemma-4-31b-it": "http://c:1/v1"}
+
+
 def test_served_models_need_their_urls_and_the_error_says_how(tmp_path):
     with pytest.raises(ConfigError, match=r"--backbone llama-4-scout=http://HOST:PORT/v1"):
         RunConfig.from_file(PAPER / "main.yaml")
     with pytest.raises(ConfigError, match=r"--judge judge=http://HOST:PORT/v1"):
-        RunConfig.from_file(PAPER / "ablations.yaml", backbones={"llama-4-scout": "tiny", "qwen3-coder-next": "tiny"})
-    config = RunConfig.from_file(PAPER / "main.yaml", backbones={"llama-4-scout": "http://a:1/v1",
-                                                                 "qwen3-coder-next": "http://b:1/v1",
-                                                                 "gemma-4-31b-it": "http://c:1/v1"})
+        RunConfig.from_file(PAPER / "ablations.yaml", backbones={"llama-4-scout": "tiny", "qwen3-coder-next": "tiny"},
+                            embedder="default")
+    with pytest.raises(ConfigError, match=r"--embedder http://HOST:PORT/v1.*--embedder default.*another similarity"):
+        RunConfig.from_file(PAPER / "main.yaml", backbones=SERVERS)  # the paper's embedder is served, not MiniLM
+    config = RunConfig.from_file(PAPER / "main.yaml", backbones=SERVERS, embedder="default")  # said explicitly
     assert config.backbones["gemma-4-31b-it"] == "http://c:1/v1"
+    with pytest.raises(ConfigError, match=r"'llama-4-scout' has an empty spec"):
+        RunConfig.from_file(PAPER / "main.yaml", backbones={**SERVERS, "llama-4-scout": ""}, embedder="default")
     RunConfig.from_file(PAPER / "textworld.yaml")
+
+
+def test_the_paper_configs_run_the_papers_agent():
+    """Every policy of the paper's files generates its action (react) under a stated budget."""
+    for name in ("main.yaml", "ablations.yaml", "ablations_frozen.yaml"):
+        config = RunConfig.from_file(PAPER / name, backbones=SERVERS if name == "main.yaml" else
+                                     {"llama-4-scout": "http://a:1/v1", "qwen3-coder-next": "http://b:1/v1"},
+                                     judges={"judge": "http://j:1/v1"} if name == "ablations.yaml" else None,
+                                     embedder="http://e:1/v1")
+        agents = [p.options["agent"] for p in config.policies]
+        assert len(agents) >= 1 and all(a["action_mode"] == "react" for a in agents), name
+        assert all(a["react_generation"]["max_new_tokens"] == 256 and a["max_prompt_tokens"] for a in agents)
+    main_ = RunConfig.from_file(PAPER / "main.yaml", backbones=SERVERS, embedder="default")
+    assert len(main_.policies) == 7 and main_.env_options["alfworld"] == {"games": "official"}
+
+
+def test_a_grid_that_cannot_run_stops_before_anything_is_written(tmp_path, monkeypatch):
+    """A missing WebShop used to surface only after every ALFWorld setting; the official ALFWorld
+    games, asked for by the paper's file, were silently replaced by generated ones."""
+    data = ci_sized("main.yaml", tmp_path, {"scout": "tiny"})
+    data["env_options"] = {"alfworld": {"games": "official"}}
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    with pytest.raises(ConfigError, match=r"(?s)cannot start.*benchmark alfworld.*official.*benchmark webshop.*"
+                                          r"WebShop is not installed"):
+        run(RunConfig.from_dict(data), progress=False)
+    assert not (tmp_path / data["name"]).exists()
 
 
 @pytest.mark.slow
