@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM)/.installed
 PIP_INSTALL := $(BIN)/pip install --quiet --no-cache-dir --no-compile
 VLLM_PIP_INSTALL := $(VLLM)/bin/pip install --quiet --no-cache-dir --no-compile
 
-.PHONY: venv vllm-venv browser view-assets bench bench-full demo test test-vllm lint clean
+.PHONY: venv vllm-venv browser view-assets bench bench-full demo test test-fast test-vllm train-example lint clean
 
 venv: $(STAMP)
 
@@ -74,6 +74,15 @@ browser:
 test: $(STAMP) $(VLLM_STAMP) browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
+# The inner loop: everything but the slow, real-server and browser tests (a few minutes).
+test-fast: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow and not vllm and not browser"
+
+# GRPO in pure torch on the toy env with the packaged SmolLM2, printing per-update success
+# (examples/grpo_torch.py; --model tiny runs in seconds).
+train-example: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python examples/grpo_torch.py --model smollm2 --updates 10 --lr 1e-5
+
 test-vllm: $(STAMP) $(VLLM_STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m vllm
 
@@ -124,7 +133,7 @@ bench-full: $(STAMP) $(VLLM_STAMP) browser
 	$(PY) benchmarks/results.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check ap_gym tests benchmarks
+	$(BIN)/ruff check ap_gym tests benchmarks examples
 
 clean:
 	rm -rf $(VENV) $(VLLM) build *.egg-info

@@ -18,6 +18,7 @@ from ap_gym.errors import (
 )
 from ap_gym.rollout import run_episode
 from ap_gym.types import Episode, Policy, StatefulPolicy, Step, Termination, Usage
+from ap_gym.vector import make_vec
 
 __all__ = [
     "APGymError",
@@ -32,5 +33,6 @@ __all__ = [
     "UnknownTaskError",
     "Usage",
     "__version__",
+    "make_vec",
     "run_episode",
 ]

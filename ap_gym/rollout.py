@@ -94,7 +94,8 @@ def _finish(
     trace: PolicyTrace = policy.trace() if began else PolicyTrace()
     steps = tuple(
         dataclasses.replace(step, prompt=t.prompt, response=t.response, parse_failure=t.parse_failure,
-                            reasoning=t.reasoning, candidates=t.candidates, reduction=t.reduction)
+                            reasoning=t.reasoning, candidates=t.candidates, reduction=t.reduction,
+                            logprob=t.logprob, messages=t.messages)
         for step, t in zip(episode.steps, trace.steps, strict=False)
     ) + episode.steps[len(trace.steps):]
     episode = dataclasses.replace(

@@ -11,7 +11,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -129,7 +129,11 @@ class Step:
 
     ``candidates`` and ``reduction`` are set when the policy chose among admissible
     commands by score: the best-scored candidates as ``(command, score)``, best first,
-    and how token log-likelihoods were reduced (``"sum"`` or ``"mean"``).
+    and how token log-likelihoods were reduced (``"sum"`` or ``"mean"``). ``logprob`` is
+    the policy's log-probability of the action it took, when it sampled one (a stochastic
+    ``choose``, a sampled generation): what a policy-gradient trainer needs.
+    ``messages`` is the chat the backbone saw, when the agent records it
+    (``AgentConfig.record_messages``); ``prompt`` is always its readable transcript.
     """
 
     action: str
@@ -142,12 +146,19 @@ class Step:
     reasoning: str | None = None
     candidates: tuple[tuple[str, float], ...] | None = None
     reduction: str | None = None
+    logprob: float | None = None
+    messages: tuple[Mapping[str, str], ...] | None = None
+
+    #: Fields a step carries only when its policy set them (omitted from JSON otherwise).
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("candidates", "reduction", "logprob", "messages")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        for key in ("candidates", "reduction"):  # only on the steps that scored candidates
+        for key in self.OPTIONAL:
             if d[key] is None:
                 del d[key]
+        if d.get("messages") is not None:
+            d["messages"] = [dict(m) for m in d["messages"]]
         return d
 
     @classmethod
@@ -155,6 +166,8 @@ class Step:
         d = dict(d)
         if d.get("candidates") is not None:
             d["candidates"] = tuple((str(c), float(v)) for c, v in d["candidates"])
+        if d.get("messages") is not None:
+            d["messages"] = tuple({"role": str(m["role"]), "content": str(m["content"])} for m in d["messages"])
         return cls(**d)
 
 
@@ -170,6 +183,8 @@ class StepTrace:
     reasoning: str | None = None
     candidates: tuple[tuple[str, float], ...] | None = None
     reduction: str | None = None
+    logprob: float | None = None
+    messages: tuple[Mapping[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)

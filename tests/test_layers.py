@@ -24,15 +24,16 @@ RULES: dict[str, set[str]] = {
     "memory": set(),
     "policies": {"backbones", "memory"},
     "rollout": {"wrappers"},
-    "protocol": {"envs", "wrappers", "backbones", "memory", "policies", "rollout"},
+    "protocol": {"envs", "wrappers", "backbones", "memory", "policies", "rollout", "vector"},
     # the audit's judge labeller calls a model; everything else of a report is results
     "report": {"protocol.results", "backbones"},
     "view": {"protocol.results", "report"},
-    "studies": {"envs", "wrappers", "backbones", "memory", "policies", "rollout", "protocol", "report"},
-    "demo": {"envs", "wrappers", "backbones", "memory", "policies", "rollout", "protocol", "report"},
-    "training": {"envs", "wrappers", "backbones", "policies", "rollout"},
+    "studies": {"envs", "wrappers", "backbones", "memory", "policies", "rollout", "vector", "protocol", "report"},
+    "demo": {"envs", "wrappers", "backbones", "memory", "policies", "rollout", "vector", "protocol", "report"},
+    "training": {"envs", "wrappers", "backbones", "policies", "rollout", "vector"},
+    "vector": {"wrappers"},
     "cli": {"*"},
-    "": {"envs", "rollout", "wrappers"},  # the package's __init__: its public face
+    "": {"envs", "rollout", "wrappers", "vector"},  # the package's __init__: its public face
 }
 
 

@@ -19,6 +19,38 @@ def _blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
+EXAMPLES = README.parent / "examples"
+
+
+def test_the_ten_lines_block_is_examples_ten_lines_py():
+    block = next(b for b in _blocks() if "WalkthroughPolicy()" in b)
+    assert block == (EXAMPLES / "ten_lines.py").read_text()
+
+
+@pytest.mark.slow
+def test_ten_lines_runs_as_a_plain_script_on_an_empty_cache(tmp_path):
+    """No ``if __name__ == "__main__":`` in the script: helper processes (game generation)
+    must not re-import it. An empty cache makes the game be generated on the spot."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "AP_GYM_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, str(EXAMPLES / "ten_lines.py")], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert "success=" in lines[0] and " -> " in lines[1], done.stdout
+    assert list((tmp_path / "cache").rglob("*.z8")) or list((tmp_path / "cache").rglob("*.ulx"))
+
+
+def test_the_vault_gives_admissible_commands_on_every_step():
+    namespace: dict = {"__name__": "__main__"}  # as the other README tests run it (one registration)
+    exec(compile(next(b for b in _blocks() if "class Vault" in b), "README-vault", "exec"), namespace)
+    env = namespace["Vault"](split="train")
+    _, info = env.reset(seed=0)
+    assert info["admissible_commands"]
+    for _ in range(2):
+        *_, info = env.step("read note")
+        assert "read note" in info["admissible_commands"]
+
+
 def test_add_your_own_environment_example_runs(capsys):
     block = next(b for b in _blocks() if "class Vault" in b)
     exec(compile(block, "README-vault", "exec"), {"__name__": "__main__"})

@@ -7,7 +7,14 @@ Within an episode an agent's prompt grows by appending: the backbone keeps the K
 of its last prompt (:mod:`ap_gym.backbones.kv_cache`) and prefills only the tokens after
 the longest common prefix. ``score`` evaluates all candidates in one forward pass over
 that cache (:mod:`ap_gym.backbones.packing`); ``score_batch`` does the same for several
-lanes at once, each with its own cache. What only a server needs (sessions, token-id
+lanes at once, each with its own cache. Caches are keyed by the weights' version
+(:meth:`TransformersBackbone.weights_version`), so that after ``optimizer.step()`` no
+score comes from the old weights.
+
+For training, :meth:`TransformersBackbone.token_logprobs` and
+:meth:`~TransformersBackbone.sequence_logprobs` give the same log-probabilities as
+``score`` with gradients (a plain forward pass, no cache), and a completion carries its
+prompt's and its own token ids and each generated token's log-probability. What only a server needs (sessions, token-id
 prompts, every prompt token's log-probability) is :class:`~ap_gym.backbones.serving.PromptScorer`,
 beside this class, over its public methods.
 """
@@ -119,6 +126,16 @@ class TransformersBackbone:
                 for c in candidates]
 
     # ---------------------------------------------------------------- cache
+    def weights_version(self) -> tuple[int, int]:
+        """A value that changes whenever the weights do: every parameter's in-place update
+        counter (``optimizer.step()``, ``load_state_dict``) and storage (``p.data = ...``).
+        KV caches computed under another version are not reused."""
+        updates, storage = 0, 0
+        for p in self.model.parameters():
+            updates += p._version
+            storage = (storage * 1_000_003 + p.data_ptr()) & 0xFFFFFFFFFFFF
+        return updates, storage
+
     def forward(self, ids: list[int], cache: Any, **kwargs: Any) -> Any:
         """One forward pass of ``ids`` over ``cache`` (which grows by them)."""
         import torch
@@ -128,7 +145,7 @@ class TransformersBackbone:
 
     def _prefill(self, ids: list[int]) -> Any:
         """Bring the cache to ``ids``, computing only what it lacks; the last position's logits."""
-        common = self._main.prepare(ids, self.model.config, reuse=self.reuse_cache)
+        common = self._main.prepare(ids, self.model.config, reuse=self.reuse_cache, version=self.weights_version())
         out = self.forward(ids[common:], self._main.kv, logits_to_keep=1)
         self._main.ids = list(ids)
         self.stats["prefill_tokens"] += len(ids) - common
@@ -181,9 +198,11 @@ class TransformersBackbone:
             if not config.greedy:
                 generator = torch.Generator(device=self.device).manual_seed(config.seed or 0)
             generated: list[int] = []
+            logprobs: list[float] = []
             text, finish = "", "length"
             for _ in range(config.max_new_tokens):
                 token = self._pick(logits, config, generator)
+                logprobs.append(float(torch.log_softmax(logits.float(), -1)[token]))
                 if token in self._eos:
                     finish = "stop"
                     break
@@ -201,8 +220,13 @@ class TransformersBackbone:
                 self._main.ids.append(token)
             self.stats["decode_tokens"] += len(generated)
             text = _cut_at_stop(text, config.stop)
+            # the generated tokens with the end-of-sequence token when it ended the answer
+            # (a trainer needs it: the model chose to stop), and the model's log-probability
+            # of each (temperature 1, as sequence_logprobs recomputes it)
             return Completion(text, len(ids), len(generated), time.perf_counter() - t0, finish,
-                              {**extra, "token_ids": generated})
+                              {**extra, "token_ids": generated, "prompt_ids": list(ids),
+                               "completion_ids": generated + ([token] if finish == "stop" and token in self._eos else []),
+                               "logprobs": logprobs[: len(generated) + (1 if finish == "stop" and token in self._eos else 0)]})
 
     @staticmethod
     def _pick(logits: Any, config: GenerationConfig, generator: Any) -> int:
@@ -295,7 +319,7 @@ class TransformersBackbone:
         """
         import torch
 
-        common = self._main.prepare(ids, self.model.config, reuse=self.reuse_cache)
+        common = self._main.prepare(ids, self.model.config, reuse=self.reuse_cache, version=self.weights_version())
         suffix = ids[common:]
         prefix = len(ids)
         tokens, positions, spans = pack(cand_ids, chunk, prefix)
@@ -340,6 +364,45 @@ class TransformersBackbone:
             for j in range(length):
                 totals[i] += float(logp[off + j, targets[j]])
 
+    # ------------------------------------------------------------- training
+    def sequence_logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]]) -> list[Any]:
+        """Each completion's per-token log-probabilities after its prompt (token ids), with
+        gradients: one right-padded forward pass, no KV cache.
+
+        Returns one 1-D float32 tensor per completion. These are the numbers ``score``
+        sums (and that a completion's ``extra["logprobs"]`` holds), computed so that a
+        loss can be backpropagated through them.
+        """
+        import torch
+
+        if len(prompts) != len(completions):
+            raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+        if any(not c for c in completions) or any(not p for p in prompts):
+            raise ValueError("every prompt and every completion needs at least one token")
+        rows = [list(p) + list(c) for p, c in zip(prompts, completions, strict=True)]
+        width = max(len(r) for r in rows)
+        if width > self.max_context:
+            raise ValueError(f"a prompt and its completion hold {width} tokens, past the context ({self.max_context}); "
+                             "cut the prompt (encode_prompt does) or the completion")
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        input_ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.device)
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=self.device)
+        logits = self.model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits
+        out = []
+        for b, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+            span = logits[b, len(p) - 1: len(p) + len(c) - 1].float()
+            targets = torch.tensor(list(c), device=self.device)
+            out.append(torch.log_softmax(span, -1).gather(1, targets[:, None])[:, 0])
+        return out
+
+    def token_logprobs(self, messages: Sequence[Message], completion: str | Sequence[int]) -> Any:
+        """Per-token log-probabilities of ``completion`` (text, or token ids) as the
+        assistant's reply to ``messages``, with gradients; ``.sum()`` equals
+        ``score(messages, [completion]).values[0]`` (same prompt encoding and cut)."""
+        ids = list(completion) if not isinstance(completion, str) else self._candidate_ids([completion])[0]
+        prompt, _ = self.encode_prompt(messages, len(ids) + 1)
+        return self.sequence_logprobs([prompt], [ids])[0]
+
     def score_batch(
         self, requests: Sequence[ScoreRequest], *, keys: Sequence[Any] | None = None, max_elements: int = 1 << 23,
     ) -> list[Scores]:
@@ -371,6 +434,7 @@ class TransformersBackbone:
         results: list[Scores | None] = [None] * len(requests)
         rows: list[LaneRow] = []
         with self.lock, torch.inference_mode():
+            version = self.weights_version()
             for i, ((messages, candidates, reduction), key) in enumerate(zip(requests, keys, strict=True)):
                 if not candidates:
                     results[i] = Scores(())
@@ -383,7 +447,7 @@ class TransformersBackbone:
                     with self.using(cache):
                         results[i] = self.score(messages, candidates, reduction)
                     continue
-                common = cache.prepare(ids, self.model.config)  # its ids grow once the pass succeeds
+                common = cache.prepare(ids, self.model.config, version=version)  # its ids grow once the pass succeeds
                 rows.append(LaneRow(i, key, cache, ids, common, cand_ids))
                 self.stats["prefill_tokens"] += len(ids) - common
                 self.stats["reused_tokens"] += common

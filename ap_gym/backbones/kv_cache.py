@@ -3,7 +3,9 @@
 Within an episode an agent's prompt grows by appending. A :class:`PrefixCache` holds the
 KV cache of the last prompt and the token ids it covers; before the next call it keeps
 the longest common prefix with the new prompt (at least one token is always computed,
-since the last position's logits are needed) and drops the rest.
+since the last position's logits are needed) and drops the rest. A cache remembers the
+version of the weights it was computed with: after a training step, nothing of it is
+reused (scores must not come from the old weights).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class PrefixCache:
     def __init__(self) -> None:
         self.kv: Any = None
         self.ids: list[int] = []
+        self.version: Any = None
 
     def common_prefix(self, ids: Sequence[int]) -> int:
         """How many leading tokens of ``ids`` the cache already holds (never all of them)."""
@@ -38,11 +41,13 @@ class PrefixCache:
             common += 1
         return common
 
-    def prepare(self, ids: Sequence[int], model_config: Any, reuse: bool = True) -> int:
-        """Keep the common prefix with ``ids`` (or start empty); returns its length."""
+    def prepare(self, ids: Sequence[int], model_config: Any, reuse: bool = True, version: Any = None) -> int:
+        """Keep the common prefix with ``ids`` (or start empty, always when the weights'
+        ``version`` differs from the one the cache was computed with); returns its length."""
         from transformers import DynamicCache
 
-        common = self.common_prefix(ids) if reuse else 0
+        common = self.common_prefix(ids) if reuse and version == self.version else 0
+        self.version = version
         if common == 0:
             self.kv = DynamicCache(config=model_config)
         else:
@@ -51,4 +56,4 @@ class PrefixCache:
         return common
 
     def reset(self) -> None:
-        self.kv, self.ids = None, []
+        self.kv, self.ids, self.version = None, [], None

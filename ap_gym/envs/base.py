@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 from gymnasium import spaces
 
+from ap_gym.envs.text_space import TextSpace
 from ap_gym.errors import EnvInfrastructureError, UnknownTaskError
 from ap_gym.text import Grammar
 
@@ -58,8 +59,9 @@ _PRINTABLE_SET = frozenset(PRINTABLE)
 
 
 def text_space(max_length: int = MAX_TEXT_LENGTH) -> spaces.Text:
-    """A Text space of printable characters that accepts the empty string."""
-    return spaces.Text(max_length=max_length, min_length=0, charset=PRINTABLE)
+    """A Text space of printable characters that accepts the empty string, and that
+    Gymnasium's async vector env can share between processes (:mod:`~ap_gym.envs.text_space`)."""
+    return TextSpace(max_length=max_length, min_length=0, charset=PRINTABLE)
 
 
 def sanitize_text(text: str, max_length: int = MAX_TEXT_LENGTH) -> str:

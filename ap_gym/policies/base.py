@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ap_gym.policies.registry import spec_of
@@ -53,8 +53,10 @@ class BasePolicy:
 
     def record_step(self, prompt: str | None = None, response: str | None = None, parse_failure: bool = False,
                     reasoning: str | None = None, *, candidates: tuple[tuple[str, float], ...] | None = None,
-                    reduction: str | None = None) -> None:
-        self._steps.append(StepTrace(prompt, response, parse_failure, reasoning, candidates, reduction))
+                    reduction: str | None = None, logprob: float | None = None,
+                    messages: Sequence[Mapping[str, str]] | None = None) -> None:
+        self._steps.append(StepTrace(prompt, response, parse_failure, reasoning, candidates, reduction, logprob,
+                                     tuple(dict(m) for m in messages) if messages is not None else None))
 
     def trace(self) -> PolicyTrace:
         return PolicyTrace(self.meter.snapshot(), tuple(self._steps), dict(self.decisions))

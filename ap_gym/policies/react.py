@@ -39,6 +39,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field
 
 from ap_gym.backbones.base import Backbone, EpisodeCache, GenerationConfig, Message
@@ -46,6 +47,7 @@ from ap_gym.options import Options
 from ap_gym.policies.base import BasePolicy
 from ap_gym.policies.registry import register_policy
 from ap_gym.prompts import load_prompt
+from ap_gym.seeding import derived_rng
 from ap_gym.text import count_tokens
 
 __all__ = ["AgentConfig", "NoMemory", "ReActAgent", "normalise_action", "parse_react"]
@@ -76,6 +78,12 @@ class AgentConfig(Options):
             ``None``: the history window alone bounds it.
         generation: decoding options for ``generate`` mode.
         react_generation: decoding options for ``react`` mode (room for a thought).
+        choose_temperature: 0 (the default) takes the best-scored command; above 0,
+            ``choose`` samples from the softmax of the candidates' scores divided by it (a
+            stochastic policy, seeded per run, task and step) and records the chosen
+            command's log-probability under that softmax in ``Step.logprob``.
+        record_messages: keep the chat the backbone saw in ``Step.messages`` (a trainer
+            re-scores it); off by default, since it repeats the history on every step.
     """
 
     action_mode: Literal["choose", "generate", "react"] = "choose"
@@ -87,6 +95,8 @@ class AgentConfig(Options):
     max_prompt_tokens: int | None = Field(default=None, ge=64)
     generation: GenerationConfig = GenerationConfig(max_new_tokens=24, stop=("\n",))
     react_generation: GenerationConfig = GenerationConfig(max_new_tokens=128, stop=("\nObservation", "\n\n"))
+    choose_temperature: float = Field(default=0.0, ge=0.0)
+    record_messages: bool = False
 
 
 #: How many of the best-scored candidates a ``choose`` step keeps (``Step.candidates``).
@@ -210,23 +220,28 @@ class ReActAgent(BasePolicy):
         admissible = list(info.get("admissible_commands") or [])
         messages = self.messages(observation, admissible)
         scored_step: dict[str, Any] = {}
+        if self.config.record_messages:
+            scored_step["messages"] = messages
         if self.config.action_mode == "choose" and admissible:
             scored = self.backbone.score(messages, admissible, self.config.reduction)
             scores = scored.values
-            best = max(range(len(admissible)), key=lambda i: scores[i])
+            best, logprob = self._pick(scores)
+            if logprob is not None:
+                scored_step["logprob"] = logprob
             action, failure = admissible[best], False
             self.meter.record("acting", scored.tokens, 0)
             ranked = sorted(range(len(admissible)), key=lambda i: -scores[i])
             response = f"chose {action!r} ({self.config.reduction} log-lik {scores[best]:.3f}); top: " + \
                 ", ".join(f"{admissible[i]!r}={scores[i]:.3f}" for i in ranked[:3])
             reply, thought = action, None
-            scored_step = {"candidates": tuple((admissible[i], round(float(scores[i]), 4))
-                                               for i in ranked[:CANDIDATES_KEPT]),
-                           "reduction": self.config.reduction}
+            scored_step.update(candidates=tuple((admissible[i], round(float(scores[i]), 4))
+                                                for i in ranked[:CANDIDATES_KEPT]),
+                               reduction=self.config.reduction)
         elif self.config.action_mode == "react":
             completion = self.backbone.generate(
                 messages, self.config.react_generation.seeded(self.seed, self._task_id, len(self._steps)))
             self.meter.record("acting", completion.prompt_tokens, completion.completion_tokens)
+            scored_step.update(_generated_logprob(completion, self.config.react_generation))
             thought, action, failure = parse_react(completion.text, admissible)
             thought, response = thought or None, completion.text
             reply = f"Thought: {thought or ''}\nAction: {action}"  # what later turns see, as ReAct's agents do
@@ -234,15 +249,37 @@ class ReActAgent(BasePolicy):
             completion = self.backbone.generate(
                 messages, self.config.generation.seeded(self.seed, self._task_id, len(self._steps)))
             self.meter.record("acting", completion.prompt_tokens, completion.completion_tokens)
+            scored_step.update(_generated_logprob(completion, self.config.generation))
             action, failure = normalise_action(completion.text, admissible)
             response, reply, thought = completion.text, action, None
         self.record_step(self.transcript(messages), response, failure, reasoning=thought, **scored_step)
         self._turns += [{"role": "user", "content": self._cut(observation)}, {"role": "assistant", "content": reply}]
         return action
 
+    def _pick(self, scores: Sequence[float]) -> tuple[int, float | None]:
+        """The chosen candidate and, when sampling, its log-probability under the softmax."""
+        temperature = self.config.choose_temperature
+        if temperature <= 0:
+            return max(range(len(scores)), key=lambda i: scores[i]), None
+        logits = np.asarray(scores, dtype=np.float64) / temperature
+        logp = logits - logits.max()
+        logp -= np.log(np.exp(logp).sum())
+        rng = derived_rng(self.seed if self.seed is not None else 0, "choose", self._task_id, len(self._steps))
+        chosen = rng.choices(range(len(scores)), weights=np.exp(logp).tolist())[0]
+        return chosen, float(logp[chosen])
+
     def describe(self) -> dict[str, Any]:
         """The agent's options and its backbone, saved with results."""
         return {"agent": self.config.to_dict(), "backbone": self.backbone.describe()}
+
+
+def _generated_logprob(completion: Any, config: GenerationConfig) -> dict[str, Any]:
+    """The sampled completion's log-probability (the model's, token by token), when the
+    backbone reports it and the completion was sampled (a greedy one is no draw)."""
+    logprobs = completion.extra.get("logprobs") if isinstance(completion.extra, Mapping) else None
+    if config.greedy or not logprobs:
+        return {}
+    return {"logprob": float(sum(logprobs))}
 
 
 @register_policy("no_memory", needs=("backbone", "seed"))

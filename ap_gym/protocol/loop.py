@@ -166,9 +166,8 @@ class Runner:
 
     def _write_metadata(self, run_dir: Path, built: dict[str, Any]) -> None:
         import ap_gym
-        from ap_gym.prompts import all_prompts
-
         from ap_gym.policies import get_policy
+        from ap_gym.prompts import all_prompts
 
         meta: dict[str, Any] = {"config": self.config.to_dict(), "ap_gym_version": ap_gym.__version__,
                                 "policies": {p.label: {"name": p.name, "needs": sorted(get_policy(p.name).needs)}

@@ -1,7 +1,8 @@
 """The local executor: held-out episodes in this process, or in worker processes it owns.
 
 With ``workers: 1`` a :class:`~ap_gym.protocol.executors.worker.Worker` runs in this
-process and shares its models. With more, each worker is a spawned process that loads
+process and shares its models. With more, each worker is a child process (:class:`~ap_gym.processes.Child`: a fresh
+interpreter that never re-imports the caller's ``__main__``) that loads
 the model and the envs as it starts (all in parallel), then takes jobs over a pipe and
 keeps its envs, policies and snapshot between them. Results come back in job order. A
 worker process that dies is replaced and its job retried (``retries`` times, then its
@@ -12,7 +13,6 @@ and die with the driver even when it is killed (Linux's parent-death signal).
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
 import signal
 import traceback
@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 
-from ap_gym.envs.engine_process import die_with_parent
+from ap_gym.processes import Child
 from ap_gym.protocol.config import RunConfig
 from ap_gym.protocol.executors.base import EvalJob, EvalResult, infra_results
 from ap_gym.protocol.executors.worker import Worker
@@ -36,7 +36,6 @@ class WorkerFailed(RuntimeError):
 
 def _serve(conn: Connection, config: RunConfig, first: EvalJob, threads: int) -> None:
     """A worker process: warm up, then answer jobs until told to stop (``None``) or orphaned."""
-    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
     worker = Worker(config, Resources(), threads=threads)
     try:
@@ -58,24 +57,16 @@ def _serve(conn: Connection, config: RunConfig, first: EvalJob, threads: int) ->
 
 class _Process:
     def __init__(self, config: RunConfig, first: EvalJob, threads: int) -> None:
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        # Not daemonic: a worker starts processes of its own (game generation's helper,
-        # ALFWorld's engine), which daemonic processes may not. It still dies with the
-        # driver (the parent-death signal) and is stopped by close().
-        self.process = ctx.Process(target=_serve, args=(child, config, first, threads), daemon=False,
-                                   name="ap-gym-worker")
-        self.process.start()
-        child.close()
+        # A Child, not a multiprocessing Process: it starts processes of its own (game
+        # generation's helper, ALFWorld's engine), never re-imports the caller's script, and
+        # dies with the driver (the parent-death signal).
+        self.process = Child(_serve, config, first, threads, name="ap-gym-worker")
+        self.conn = self.process.conn
 
     def stop(self, timeout: float = 10.0) -> None:
         with contextlib.suppress(OSError, ValueError):
             self.conn.send(None)
-        self.process.join(timeout)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(5)
-        self.conn.close()
+        self.process.stop(timeout)
 
 
 class LocalExecutor:

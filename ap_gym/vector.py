@@ -1,0 +1,64 @@
+"""Vector envs for rollout scripts: plain, grouped (GRPO), with rewards on one scale.
+
+``gymnasium.make_vec("ap_gym/<Name>-v0", n, vectorization_mode="sync"|"async")`` works
+as for any Gymnasium env (observations are shared between processes correctly: see
+:mod:`ap_gym.envs.text_space`). :func:`make_vec` adds what a trainer asks for beyond it:
+groups of identical starts (:class:`~ap_gym.wrappers.group.GroupVectorEnv`) and a
+normalised reward (:class:`~ap_gym.wrappers.reward.NormalisedReward`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from ap_gym.wrappers.group import GroupVectorEnv, HoldWhenDone
+from ap_gym.wrappers.reward import NormalisedReward
+
+__all__ = ["make_vec"]
+
+
+def make_vec(
+    env_id: str,
+    num_envs: int = 1,
+    *,
+    group_size: int = 1,
+    vectorization_mode: str = "sync",
+    normalised_reward: bool = False,
+    tasks: Sequence[str] | None = None,
+    vector_kwargs: dict[str, Any] | None = None,
+    **env_kwargs: Any,
+) -> VectorEnv:
+    """A vector env of ``num_envs`` copies of ``env_id``.
+
+    Args:
+        env_id: a registered id, e.g. ``"ap_gym/TextWorld-v0"``.
+        num_envs: the sub-envs in all (``groups x group_size``).
+        group_size: ``G`` > 1 gives group rollouts: ``num_envs / G`` groups of ``G``
+            copies of one task and seed that move to their next task together
+            (``info["active"]`` marks members still playing).
+        vectorization_mode: ``"sync"`` (one process) or ``"async"`` (a process per sub-env).
+        normalised_reward: reward / the task's ``max_score``; the raw one in
+            ``info["raw_reward"]``.
+        tasks: for group rollouts, the task ids the groups go through in order.
+        vector_kwargs: passed to Gymnasium's vector env (e.g. ``{"context": "spawn"}``).
+        **env_kwargs: passed to each env (``split=``, ``status_line=False``, ...).
+    """
+    if vectorization_mode not in ("sync", "async"):
+        raise ValueError(f"vectorization_mode must be 'sync' or 'async', not {vectorization_mode!r}")
+    if tasks is not None and group_size == 1:
+        raise ValueError("tasks= orders the tasks of group rollouts; pass group_size > 1 (or reset with "
+                         "options={'task_id': ...} yourself)")
+    wrappers: list[Any] = [NormalisedReward] if normalised_reward else []
+    kwargs = dict(vector_kwargs or {})
+    if group_size > 1:
+        if num_envs % group_size:
+            raise ValueError(f"num_envs={num_envs} is not a multiple of group_size={group_size}")
+        wrappers.append(HoldWhenDone)
+        kwargs["autoreset_mode"] = AutoresetMode.DISABLED
+    envs = gym.make_vec(env_id, num_envs, vectorization_mode=vectorization_mode, vector_kwargs=kwargs,
+                        wrappers=wrappers, **env_kwargs)
+    return GroupVectorEnv(envs, group_size, tasks) if group_size > 1 else envs

@@ -1,0 +1,119 @@
+"""GRPO through TRL's GRPOTrainer: the rollout route trains (tiny model, CPU), and the
+environment route's object is what TRL asks for."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import gymnasium as gym
+import pytest
+import torch
+
+pytest.importorskip("trl")
+
+from ap_gym.backbones.hf import TransformersBackbone, tiny_llama  # noqa: E402
+from ap_gym.envs import StartResult, StepResult, TextEnv  # noqa: E402
+from ap_gym.training.trl import EnvTools, TRLRollout, env_reward  # noqa: E402
+from tests.test_vector import Dial  # noqa: E402,F401  (registers test_vector/Dial-v0)
+
+
+class Words(TextEnv):
+    """One reply, scored by how many words it has (up to 6): random replies of a random
+    model score differently, so a GRPO group has advantages to learn from."""
+
+    benchmark = "words"
+
+    def _task_ids(self, split):
+        return ["words/0", "words/1"]
+
+    def task_family(self, task_id):
+        return "words"
+
+    def _start(self, task_id, options):
+        return StartResult("Say something long.", "Reply with many words.", score=0.0, max_score=6.0)
+
+    def _advance(self, action):
+        return StepResult("Done.", float(min(len(action.split()), 6)), won=len(action.split()) >= 6,
+                          lost=len(action.split()) < 6)
+
+
+if "test_trl/Words-v0" not in gym.registry:
+    gym.register("test_trl/Words-v0", entry_point=Words, max_episode_steps=3)
+
+
+def _trainer(tmp_path, rollout, rows, steps=3):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    model, tokenizer = tiny_llama(seed=3)
+    model.train()
+    tokenizer.padding_side = "left"
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=2,
+                      max_steps=steps, learning_rate=5e-3, logging_steps=1, report_to="none", use_cpu=True,
+                      save_strategy="no", max_completion_length=256, beta=0.0, seed=0, bf16=False,
+                      dataloader_num_workers=0)
+    return GRPOTrainer(model=model, reward_funcs=[env_reward], args=args, train_dataset=Dataset.from_list(rows),
+                       processing_class=tokenizer, rollout_func=rollout)
+
+
+@pytest.mark.slow
+def test_grpo_trainer_trains_through_the_rollout_route(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    rollout = TRLRollout("test_trl/Words-v0", max_turns=1, max_completion_tokens=200, split="train")
+    rows = rollout.dataset("train", seeds=(0, 1))
+    assert rows[0]["prompt"].startswith("[task words/0 seed 0]")
+    trainer = _trainer(tmp_path, rollout, rows)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert trainer.state.global_step == 3 and len(losses) >= 3
+    assert all(math.isfinite(x) for x in losses)
+    changed = sum(not torch.equal(a, b.detach()) for a, b in zip(before, trainer.model.parameters(), strict=True))
+    assert changed > 0, "no weight changed"
+    assert rollout.last and all(len(e.completion_ids) == len(e.env_mask) == len(e.logprobs) for e in rollout.last)
+    rollout.close()
+
+
+def test_a_group_shares_its_start_and_the_logprobs_are_the_models(tmp_path):
+    model, tokenizer = tiny_llama(seed=1)
+    rollout = TRLRollout("test_vector/Dial-v0", max_turns=3, split="train")
+
+    class Trainer:  # what the rollout reads of a trainer: its model and tokenizer
+        pass
+
+    trainer = Trainer()
+    trainer.model, trainer.processing_class = model, tokenizer
+    prompts = [r["prompt"] for r in rollout.dataset("train", seeds=(7,))[:2] for _ in range(2)]
+    out = rollout(prompts, trainer)
+    assert out["prompt_ids"][0] == out["prompt_ids"][1] and out["prompt_ids"][0] != out["prompt_ids"][2]
+    backbone = TransformersBackbone(model, tokenizer=tokenizer)
+    for p, c, lp, mask in zip(out["prompt_ids"], out["completion_ids"], out["logprobs"], out["env_mask"], strict=True):
+        again = backbone.sequence_logprobs([p], [c])[0].detach()
+        chosen = torch.tensor(mask, dtype=torch.bool)
+        assert torch.allclose(again[chosen], torch.tensor(lp)[chosen], atol=1e-5)
+        assert all(x == 0.0 for x, m in zip(lp, mask, strict=True) if not m)
+    with pytest.raises(ValueError, match="names no task"):
+        rollout(["hello"], trainer)
+
+
+def test_env_tools_is_what_trl_asks_of_an_environment():
+    from transformers.utils import get_json_schema
+
+    env = EnvTools.factory("test_vector/Dial-v0", split="train")()
+    public = [n for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction) if not n.startswith("_")]
+    assert sorted(public) == ["act", "factory", "get_reward", "reset"] or sorted(public) == ["act", "get_reward", "reset"]
+    schema = get_json_schema(env.act)  # TRL renders the tool from the docstring and hints
+    assert schema["function"]["name"] == "act" and "command" in schema["function"]["parameters"]["properties"]
+    first = env.reset(task_id="dial/2", seed=4)
+    assert first.startswith("Your task:") and "the card says" in first
+    code = first.split("says ")[1][0]
+    assert "opens" in env.act(f"turn {code}") and env.get_reward() == 1.0
+    assert "ended" in env.act("turn 1")
+
+
+def test_the_packaged_models_template_has_no_tool_calls_so_the_rollout_route_is_the_one():
+    from trl.chat_template_utils import supports_tool_calling
+
+    _, tokenizer = tiny_llama()
+    assert not supports_tool_calling(tokenizer)
