@@ -8,6 +8,7 @@ quick look at the agent and the floors), ``serve`` (an OpenAI-compatible server)
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import sys
@@ -222,7 +223,8 @@ def _cmd_view(args: argparse.Namespace) -> int:
             page = write_static(args.runs, args.static, rebuild=args.rebuild)
             print(f"viewer bundle: {page} (open it from disk, or serve the directory)")
             return 0
-        serve(args.runs, host=args.host, port=args.port, open_browser=args.open, rebuild=args.rebuild)
+        serve(args.runs, host=args.host, port=args.port, open_browser=args.open, rebuild=args.rebuild,
+              api_key=args.api_key or os.environ.get("AP_GYM_VIEW_KEY") or None)
     except (FileNotFoundError, FileExistsError, ValueError) as e:
         raise SystemExit(f"ap-gym view: {e}") from None
     return 0
@@ -362,7 +364,10 @@ def _parser_view(sub: Any) -> None:
     p = sub.add_parser("view", help="browse runs, episodes, memory decisions and provenance in a browser")
     p.add_argument("runs", nargs="+", help="run directories (each indexed once, in <run>/.view/)")
     p.add_argument("--static", metavar="OUT_DIR", help="write a self-contained bundle instead of serving")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default loopback only)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default loopback only; beyond it, "
+                   "only with --api-key)")
+    p.add_argument("--api-key", help="require this key of every request (default: $AP_GYM_VIEW_KEY); the page "
+                   "takes it once as /?key=KEY")
     p.add_argument("--port", type=int, default=0, help="port (default: a free one, printed)")
     p.add_argument("--open", action="store_true", help="open the page in the default browser")
     p.add_argument("--rebuild", action="store_true", help="rebuild the index even if it is current")

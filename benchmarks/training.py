@@ -68,6 +68,7 @@ def env_rates(env_id: str, sizes: list[int], rounds: int, steps: int, warm: int)
 def grpo_seconds(model: str, updates: int) -> list[float]:
     spec = importlib.util.spec_from_file_location("grpo_torch", ROOT / "examples" / "grpo_torch.py")
     example = importlib.util.module_from_spec(spec)
+    sys.modules["grpo_torch"] = example  # its dataclasses look their module up
     spec.loader.exec_module(example)
     import numpy as np
     import torch

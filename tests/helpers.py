@@ -18,7 +18,7 @@ import yaml
 
 from ap_gym.envs.base import StartResult, StepResult, TextEnv
 
-__all__ = ["CHOOSE", "TINY_AGENT", "Counter", "ap_config", "config", "eval_results", "kill_resume_and_compare",
+__all__ = ["CHOOSE", "TINY_AGENT", "Counter", "Dial", "register_dial", "ap_config", "config", "eval_results", "kill_resume_and_compare",
            "labeller_for"]
 
 #: Options that keep the tiny backbone's episodes short.
@@ -164,3 +164,41 @@ def synthetic_run(root: Path, name: str, outcomes: dict[str, list[bool]], *, ben
                                                     episode.to_dict()).to_dict()))
             (directory / EPISODES).write_text("\n".join(lines) + "\n")
     return run_dir
+
+
+class Dial(TextEnv):
+    """Turn the dial to the number on the card; the card's number depends on the seed, so
+    equal seeds give equal starts and different seeds (mostly) different ones."""
+
+    benchmark = "dial"
+
+    def _task_ids(self, split):
+        return [f"dial/{i}" for i in range(4)] if split == "train" else ["dial/9"]
+
+    def task_family(self, task_id):
+        return "dial"
+
+    def _start(self, task_id, options):
+        self.code = int(self.np_random.integers(10))
+        self.turns = 0
+        limit = int(task_id.split("/")[1]) + 1
+        self.limit = limit
+        return StartResult(f"{task_id}: the card says {self.code}.  \n", "Turn the dial to the card's number.",
+                           score=0.0, max_score=4.0, admissible_commands=[f"turn {i}" for i in range(10)])
+
+    def _advance(self, action):
+        self.turns += 1
+        if action == f"turn {self.code}":
+            return StepResult("Click. It opens.", 4.0, won=True)
+        if self.turns >= self.limit:
+            return StepResult("It jams.", 0.0, lost=True)
+        return StepResult(f"Nothing (turn {self.turns}).", 0.0)
+
+
+def register_dial() -> str:
+    """Register :class:`Dial` as ``test_vector/Dial-v0`` (once); returns the id."""
+    import gymnasium as gym
+
+    if "test_vector/Dial-v0" not in gym.registry:
+        gym.register("test_vector/Dial-v0", entry_point=Dial, max_episode_steps=20)
+    return "test_vector/Dial-v0"

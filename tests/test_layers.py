@@ -15,7 +15,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "ap_gym"
 
 #: Modules anyone may import: they import nothing of ap-gym above them.
-CORE = {"errors", "paths", "types", "text", "prompts", "seeding", "options", "processes"}
+CORE = {"errors", "paths", "types", "text", "prompts", "seeding", "options", "processes", "net"}
 #: Group -> the groups (or "group.module" for one module of it) it may import, besides CORE.
 RULES: dict[str, set[str]] = {
     "envs": set(),

@@ -8,42 +8,11 @@ import numpy as np
 import pytest
 
 import ap_gym
-from ap_gym.envs import StartResult, StepResult, TextEnv
 from ap_gym.envs.text_space import SharedTexts, TextSpace
 from ap_gym.wrappers import NormalisedReward
+from tests.helpers import register_dial
 
-
-class Dial(TextEnv):
-    """Turn the dial to the number on the card; the card's number depends on the seed, so
-    equal seeds give equal starts and different seeds (mostly) different ones."""
-
-    benchmark = "dial"
-
-    def _task_ids(self, split):
-        return [f"dial/{i}" for i in range(4)] if split == "train" else ["dial/9"]
-
-    def task_family(self, task_id):
-        return "dial"
-
-    def _start(self, task_id, options):
-        self.code = int(self.np_random.integers(10))
-        self.turns = 0
-        limit = int(task_id.split("/")[1]) + 1
-        self.limit = limit
-        return StartResult(f"{task_id}: the card says {self.code}.  \n", "Turn the dial to the card's number.",
-                           score=0.0, max_score=4.0, admissible_commands=[f"turn {i}" for i in range(10)])
-
-    def _advance(self, action):
-        self.turns += 1
-        if action == f"turn {self.code}":
-            return StepResult("Click. It opens.", 4.0, won=True)
-        if self.turns >= self.limit:
-            return StepResult("It jams.", 0.0, lost=True)
-        return StepResult(f"Nothing (turn {self.turns}).", 0.0)
-
-
-if "test_vector/Dial-v0" not in gym.registry:
-    gym.register("test_vector/Dial-v0", entry_point=Dial, max_episode_steps=20)
+register_dial()
 
 
 def test_text_space_round_trips_through_shared_memory():

@@ -106,12 +106,29 @@ class OpenAIEmbedder:
                 raise BackboneError(f"malformed embeddings from {self._client.base_url}: {str(data)[:200]}") from e
             if len(items) != len(batch):
                 raise BackboneError(f"{self._client.base_url}/embeddings returned {len(items)} vectors for {len(batch)} texts")
-        vectors = np.asarray(rows, dtype=np.float32)
+        if len({len(r) for r in rows}) > 1:
+            raise BackboneError(f"{self._client.base_url}/embeddings returned vectors of different lengths "
+                                f"{sorted({len(r) for r in rows})}")
+        vectors = checked_vectors(np.asarray(rows, dtype=np.float32), getattr(self, "dim", None), self.identity)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors / np.maximum(norms, 1e-12)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "openai-embeddings", "identity": self.identity, "dim": self.dim}
+
+
+def checked_vectors(vectors: np.ndarray, dim: int | None, source: str) -> np.ndarray:
+    """``vectors`` if they are finite rows of ``dim`` numbers; else a clear error, so that a
+    broken embedder never reaches retrieval (NaN similarities) or a store (a dimension it
+    refuses later, far from the cause)."""
+    if vectors.ndim != 2 or (dim is not None and vectors.shape[1] != dim):
+        raise BackboneError(f"{source} returned embeddings of shape {vectors.shape}, expected (n, {dim}); "
+                            "did the served embedding model change? Use the one the memory was built with")
+    if not np.isfinite(vectors).all():
+        bad = int((~np.isfinite(vectors)).any(axis=1).sum())
+        raise BackboneError(f"{source} returned {bad} embedding(s) with NaN or infinite values; the embedding "
+                            "server is faulty (check its model and dtype)")
+    return vectors
 
 
 def make_embedder(spec: str | None = None, **options: Any) -> Embedder:

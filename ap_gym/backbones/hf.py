@@ -67,6 +67,8 @@ class TransformersBackbone:
             fp32 on CPU, bf16 on CUDA).
         reuse_cache: keep the last prompt's KV cache and prefill only what is new.
         max_context: prompt token limit; longer prompts keep their head and tail.
+        max_generate_s: the longest one ``generate`` call may take (an answer is cut there,
+            with ``extra["timed_out"]``), whatever ``max_new_tokens`` asks for.
     """
 
     def __init__(
@@ -79,7 +81,9 @@ class TransformersBackbone:
         reuse_cache: bool = True,
         max_context: int | None = None,
         identity: str | None = None,
+        max_generate_s: float = 600.0,
     ) -> None:
+        self.max_generate_s = max_generate_s
         loaded = load_model(model, tokenizer=tokenizer, device=device, dtype=dtype, identity=identity)
         self.model, self.tokenizer, self.identity, self.device = loaded.model, loaded.tokenizer, loaded.identity, loaded.device
         limit = getattr(self.model.config, "max_position_embeddings", 8192) or 8192
@@ -176,8 +180,11 @@ class TransformersBackbone:
                  deadline: float | None = None) -> Completion:
         """A chat completion; past ``deadline`` (a ``time.monotonic()`` value) generation stops
         with ``"length"`` and ``extra["timed_out"]``."""
+        limit = time.monotonic() + self.max_generate_s
+        deadline = limit if deadline is None else min(deadline, limit)
         with self.lock:
-            ids, truncated = self.encode_prompt(messages, config.max_new_tokens)
+            # the prompt keeps at least half the context, whatever max_new_tokens asks for
+            ids, truncated = self.encode_prompt(messages, min(config.max_new_tokens, self.max_context // 2))
             return self.complete(ids, config, deadline, {"truncated_prompt": True} if truncated else {})
 
     def complete(self, ids: list[int], config: GenerationConfig, deadline: float | None = None,
@@ -200,7 +207,8 @@ class TransformersBackbone:
             generated: list[int] = []
             logprobs: list[float] = []
             text, finish = "", "length"
-            for _ in range(config.max_new_tokens):
+            room = max(1, min(config.max_new_tokens, self.max_context - len(ids)))  # never past the context
+            for _ in range(room):
                 token = self._pick(logits, config, generator)
                 logprobs.append(float(torch.log_softmax(logits.float(), -1)[token]))
                 if token in self._eos:
@@ -211,7 +219,7 @@ class TransformersBackbone:
                 if any(s in text for s in config.stop):
                     finish = "stop"
                     break
-                if len(generated) == config.max_new_tokens:
+                if len(generated) == room:
                     break
                 if deadline is not None and time.monotonic() > deadline:
                     extra["timed_out"] = True
@@ -252,7 +260,7 @@ class TransformersBackbone:
             return []
         with self.lock, torch.inference_mode():
             t0 = time.perf_counter()
-            encoded = [self.encode_prompt(m, config.max_new_tokens)[0] for m in batch]
+            encoded = [self.encode_prompt(m, min(config.max_new_tokens, self.max_context // 2))[0] for m in batch]
             width = max(len(e) for e in encoded)
             pad = self.tokenizer.pad_token_id
             input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=self.device)
@@ -262,7 +270,8 @@ class TransformersBackbone:
                 torch.manual_seed(config.seed or 0)
                 kwargs.update(temperature=config.temperature, top_p=config.top_p)
             out = self.model.generate(
-                input_ids=input_ids, attention_mask=mask, max_new_tokens=config.max_new_tokens,
+                input_ids=input_ids, attention_mask=mask, max_time=self.max_generate_s,
+                max_new_tokens=max(1, min(config.max_new_tokens, self.max_context - width)),
                 pad_token_id=pad, eos_token_id=sorted(self._eos), **kwargs,
             )
             latency = (time.perf_counter() - t0) / len(batch)

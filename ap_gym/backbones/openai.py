@@ -23,6 +23,7 @@ infrastructure failure rather than a failed task.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import threading
@@ -40,9 +41,10 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from ap_gym.backbones.base import Completion, GenerationConfig, Message, Reduction, Scores
 from ap_gym.errors import BackboneError, PromptRejected
+from ap_gym.net import may_send_credentials
 from ap_gym.options import Options
 
-__all__ = ["OpenAIBackbone", "ServingOptions"]
+__all__ = ["OpenAIBackbone", "ServingOptions", "Unreachable"]
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 #: What a server says when the prompt itself is at fault (vLLM: "This model's maximum context
@@ -61,6 +63,10 @@ class ServingOptions(Options):
         backoff_s: the first backoff (doubled each retry, at most 30 s).
         concurrency: requests in flight at once, across threads.
         check_deadline_s: the deadline of the start-up check (model listed, scoring available).
+        max_retry_after_s: the longest wait a server's ``Retry-After`` (on 429/503) may ask
+            for; a longer one is cut to this.
+        insecure_credentials: send the API key over plain HTTP to another machine (by
+            default a key goes only to HTTPS or to loopback).
     """
 
     deadline_s: float = Field(default=120.0, gt=0)
@@ -68,6 +74,8 @@ class ServingOptions(Options):
     backoff_s: float = Field(default=0.5, ge=0)
     concurrency: int = Field(default=8, ge=1)
     check_deadline_s: float = Field(default=15.0, gt=0)
+    max_retry_after_s: float = Field(default=60.0, ge=0)
+    insecure_credentials: bool = False
 
 
 def _serving_options(options: ServingOptions | None, overrides: dict[str, Any]) -> ServingOptions:
@@ -87,7 +95,33 @@ def _serving_options(options: ServingOptions | None, overrides: dict[str, Any]) 
 
 
 class _Retryable(Exception):
-    """A failure worth another attempt (timeout, connection, 429/5xx, bad JSON)."""
+    """A failure worth another attempt (timeout, connection, 429/5xx, bad JSON); a server's
+    ``Retry-After`` in seconds rides along."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Unreachable(BackboneError):
+    """Every attempt failed in transport (refused, reset, timed out, 5xx): the server is
+    down or faulty now, which says nothing about what it can do once it is back."""
+
+
+def _retry_after(value: str | None) -> float | None:
+    """``Retry-After`` as seconds: a number, or an HTTP date."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        from email.utils import parsedate_to_datetime
+
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 class OpenAIBackbone:
@@ -105,6 +139,13 @@ class OpenAIBackbone:
         self.base_url = base_url.rstrip("/")
         self.options = _serving_options(options, overrides)
         key = api_key or os.environ.get("AP_GYM_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        if key and not may_send_credentials(self.base_url) and not self.options.insecure_credentials:
+            if api_key:
+                raise BackboneError(f"an API key would travel in clear text to {self.base_url}; use https, a "
+                                    "loopback address, or serving: {insecure_credentials: true} if you mean it")
+            warnings.warn(f"not sending $AP_GYM_API_KEY/$OPENAI_API_KEY to {self.base_url} (plain http to another "
+                          "machine); use https, or serving: {insecure_credentials: true}", stacklevel=2)
+            key = None
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(self.options.deadline_s, connect=10.0))
         self._slots = threading.BoundedSemaphore(self.options.concurrency)
@@ -124,16 +165,22 @@ class OpenAIBackbone:
                  deadline_s: float | None = None, retries: int | None = None, root: bool = False) -> dict[str, Any]:
         url = (self._root if root else self.base_url) + path
         attempts = (self.options.retries if retries is None else retries) + 1
-        retrying = Retrying(stop=stop_after_attempt(attempts), reraise=True,
-                            wait=wait_exponential(multiplier=self.options.backoff_s, max=30),
+        backoff = wait_exponential(multiplier=self.options.backoff_s, max=30)
+
+        def wait(state: Any) -> float:  # the server's Retry-After when it gives one (capped)
+            error = state.outcome.exception() if state.outcome is not None else None
+            asked = getattr(error, "retry_after", None)
+            return min(max(backoff(state), asked), self.options.max_retry_after_s) if asked else backoff(state)
+
+        retrying = Retrying(stop=stop_after_attempt(attempts), reraise=True, wait=wait,
                             retry=retry_if_exception_type(_Retryable))
         try:
             for attempt in retrying:
                 with attempt:
                     return self._once(method, url, payload, deadline_s or self.options.deadline_s)
         except _Retryable as e:
-            raise BackboneError(f"{url} failed after {attempts} attempts ({e}); is the server up? "
-                                "Deadlines and retries: serving: in the config, or --deadline/--retries") from None
+            raise Unreachable(f"{url} failed after {attempts} attempts ({e}); is the server up? "
+                              "Deadlines and retries: serving: in the config, or --deadline/--retries") from None
         raise AssertionError("unreachable")
 
     def _once(self, method: str, url: str, payload: dict[str, Any] | None, deadline_s: float) -> dict[str, Any]:
@@ -154,7 +201,7 @@ class OpenAIBackbone:
                 raise _Retryable(f"{type(e).__name__}: {e}") from None
         text = body.decode("utf-8", errors="replace")
         if status in _RETRY_STATUS:
-            raise _Retryable(f"HTTP {status}: {text[:200]}")
+            raise _Retryable(f"HTTP {status}: {text[:200]}", _retry_after(response.headers.get("retry-after")))
         if status in (400, 413, 422) and _PROMPT_FAULT.search(text):
             raise PromptRejected(f"{url} refused the prompt (HTTP {status}): {text[:500]}")
         if status >= 300:
@@ -268,34 +315,51 @@ class OpenAIBackbone:
         values = []
         for lp, c in zip(logprobs, cands, strict=True):
             total = sum(v for v in lp[len(prompt):len(prompt) + len(c)] if v is not None)
+            if not math.isfinite(total):
+                raise BackboneError(f"{self.base_url} returned a log-probability of {total} for a candidate; "
+                                    "the server is faulty (an infrastructure failure, not the agent's)")
             values.append(total / len(c) if reduction == "mean" else total)
         return Scores(tuple(values), len(prompt), sum(len(c) for c in cands))
 
     def scoring_method(self) -> str | None:
         """How this server scores candidates (``prompt_logprobs``, ``echo``), or ``None``; probed once."""
         if self._scoring is False:
-            self._scoring = None
+            # An outage (Unreachable) leaves the question open: it is asked again next time,
+            # rather than deciding for the whole run that the server cannot score.
+            self._probe_faults = []
             try:
                 probe = self._tokenize({"prompt": "look around", "add_special_tokens": False},
                                        deadline_s=self.options.check_deadline_s, retries=1)
-            except BackboneError:
+            except Unreachable:
+                raise
+            except BackboneError as e:
+                self._probe_faults.append(f"/tokenize: {e}")
+                self._scoring = None
                 return None
             probe = probe or [0]
             for method in SCORING_METHODS:
                 try:
                     lp = self._prompt_logprobs([probe + probe], method, deadline_s=self.options.check_deadline_s,
                                                retries=1)[0]
-                except BackboneError:
+                except Unreachable:
+                    raise
+                except BackboneError as e:
+                    self._probe_faults.append(f"{method}: {e}")
                     continue
-                if len(lp) == 2 * len(probe) and all(v is not None for v in lp[1:]):
+                if len(lp) == 2 * len(probe) and all(v is not None and math.isfinite(v) for v in lp[1:]):
                     self._scoring = method
-                    break
+                    return method
+                self._probe_faults.append(f"{method}: {len(lp)} log-probabilities for {2 * len(probe)} tokens, "
+                                          f"some missing or not finite")
+            self._scoring = None
         return self._scoring  # type: ignore[return-value]
 
     def _no_scoring(self) -> str:
+        seen = "; ".join(getattr(self, "_probe_faults", [])) or "no answer"
         return (f"{self.base_url} cannot score candidate commands: it offers neither /tokenize with "
-                "/v1/completions prompt_logprobs (vLLM, ap-gym serve) nor echo + logprobs. Use the agent's "
-                "'generate' or 'react' action mode with this server (agent: {action_mode: react})")
+                "/v1/completions prompt_logprobs (vLLM, ap-gym serve) nor echo + logprobs (what it answered: "
+                f"{seen[:600]}). Use the agent's 'generate' or 'react' action mode with this server "
+                "(agent: {action_mode: react})")
 
     def check(self, *, scoring: bool) -> dict[str, Any]:
         """At the start of a run: the model is listed and, when ``scoring``, candidates can be

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import os
 import threading
 import time
@@ -50,19 +49,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ap_gym.backbones.base import Completion, GenerationConfig, Message
 from ap_gym.backbones.serving import PromptLogprobs, PromptScorer
+from ap_gym.net import is_loopback
 from ap_gym.options import Options
 
 __all__ = ["BackboneServer", "ServedModel", "ServerLimits", "build_app", "is_loopback", "serve"]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine's loopback interface (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class ServedModel(Protocol):

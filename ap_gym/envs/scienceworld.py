@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import random
 import threading
 import time
@@ -58,13 +59,61 @@ TEST_PER_TYPE = 2
 SPLIT_SEED = 2610_27406
 
 
+#: The JVM's heap limit (``-Xmx``): without one it takes a quarter of the machine's memory
+#: as it likes (2.6 GB RSS was seen). ``AP_GYM_SCIENCEWORLD_HEAP`` overrides it.
+JVM_HEAP = "1g"
+#: The longest a JVM may take to start and say its port.
+LAUNCH_TIMEOUT_S = 120.0
+
+
+def _launch_gateway(classpath: str = "", die_on_exit: bool = True, cwd: str | None = None, return_proc: bool = True,
+                    heap: str | None = None, timeout_s: float | None = None, **_: Any) -> tuple[int, Any]:
+    """py4j's ``launch_gateway``, as ScienceWorld calls it, with a heap limit and a deadline
+    on the launch (a JVM that never says its port is killed, not waited on forever)."""
+    import select
+    import shutil
+    import subprocess
+
+    from py4j.java_gateway import find_jar_path
+
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else \
+        (shutil.which("java") or "java")
+    heap = heap or os.environ.get("AP_GYM_SCIENCEWORLD_HEAP") or JVM_HEAP
+    command = [java, f"-Xmx{heap}", "-classpath", os.pathsep.join([find_jar_path(), classpath]),
+               "py4j.GatewayServer", "--die-on-broken-pipe", "0"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, cwd=cwd)
+    deadline = time.monotonic() + (timeout_s or LAUNCH_TIMEOUT_S)
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        ready = select.select([process.stdout], [], [], max(0.0, left))[0] if left > 0 else []
+        chunk = os.read(process.stdout.fileno(), 64) if ready else b""
+        if not chunk:  # the end of its output (it exited), or the deadline passed in silence
+            why = "exited" if ready else f"did not start within {timeout_s or LAUNCH_TIMEOUT_S:g} s"
+            process.kill()
+            process.wait(10)
+            raise EnvInfrastructureError(f"ScienceWorld's JVM {why} (heap -Xmx{heap}); check `java -version` "
+                                         "and the memory free")
+        line += chunk
+    port = int(line.split(b"\n")[0])
+    # drain what the JVM prints from now on: a full pipe would stop it
+    threading.Thread(target=lambda: [None for _ in iter(lambda: process.stdout.read(65536), b"")],
+                     daemon=True, name="ap-gym scienceworld stdout").start()
+    return port, process
+
+
 def _start_engine() -> Any:
     try:
+        import scienceworld.scienceworld as sw
         from scienceworld import ScienceWorldEnv as _Engine
     except ImportError as e:  # pragma: no cover - a core dependency
         raise ImportError("ScienceWorld is missing: pip install scienceworld==1.2.3 (needs Java)") from e
+    sw.launch_gateway = _launch_gateway  # our launch: a heap limit, a deadline
     try:
         return _Engine("", envStepLimit=10**9)
+    except EnvInfrastructureError:
+        raise
     except Exception as e:
         raise EnvInfrastructureError(
             f"could not start ScienceWorld's JVM ({e}); check that `java -version` works"

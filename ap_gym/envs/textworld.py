@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
+from ap_gym.envs.engine_process import EngineProcess
 from ap_gym.envs.isolated import isolated, prepare
 from ap_gym.errors import EnvInfrastructureError
 from ap_gym.paths import cache_dir, publish_dir
@@ -280,28 +281,47 @@ def _user_games(games: str | Path | Sequence[str | Path] | Mapping[str, Iterable
     return {s: dict(both) for s in SPLITS}
 
 
-class TextWorldEngine:
-    """Mixin for envs that drive one TextWorld engine at a time (``self._tw``).
+class _Engine:
+    """TextWorld's engine (jericho's frotz), in an engine process of its own
+    (:class:`~ap_gym.envs.engine_process.EngineProcess`): a native crash of the interpreter
+    ends that child, not the caller. A game stays loaded between resets."""
 
-    TextWorld and ALFWorld both run on it; an engine that fails to close must not turn a
-    clean shutdown into an error.
-    """
+    def __init__(self) -> None:
+        self._tw: Any = None
+        self._key: tuple[str, bool] | None = None
 
-    _tw: Any = None
-    _tw_key: Any = None
+    def start(self, path: str, admissible: bool, walkthrough: bool) -> dict[str, Any]:
+        import textworld
 
-    def _close_tw(self) -> None:
-        tw, self._tw, self._tw_key = self._tw, None, None
+        if self._tw is None or self._key != (path, admissible):
+            self.close()
+            infos = textworld.EnvInfos(objective=True, score=True, max_score=True, won=True, lost=True,
+                                       admissible_commands=admissible, extras=["walkthrough"])
+            self._tw = textworld.start(path, infos)
+            self._key = (path, admissible)
+        state = self._tw.reset()
+        walk = state.get("extra.walkthrough") if walkthrough else None
+        return {"feedback": state.feedback or "", "objective": state.get("objective") or "",
+                "score": float(state.get("score") or 0), "max_score": float(state.get("max_score") or 0),
+                "admissible": list(state.get("admissible_commands") or []) if admissible else None,
+                "walkthrough": list(walk) if walk is not None else None}
+
+    def step(self, command: str) -> dict[str, Any]:
+        if self._tw is None:
+            raise RuntimeError("no game started")
+        state, score, _ = self._tw.step(command)
+        return {"feedback": state.feedback or "", "score": float(score or 0), "won": bool(state.get("won")),
+                "lost": bool(state.get("lost")),
+                "admissible": list(state.get("admissible_commands") or []) if self._key and self._key[1] else None}
+
+    def close(self) -> None:
+        tw, self._tw, self._key = self._tw, None, None
         if tw is not None:
             with contextlib.suppress(Exception):
                 tw.close()
 
-    def close(self) -> None:
-        self._close_tw()
-        super().close()  # type: ignore[misc]
 
-
-class TextWorldEnv(TextWorldEngine, TextEnv):
+class TextWorldEnv(TextEnv):
     """TextWorld games behind the ap-gym text contract; see the module docstring.
 
     Args:
@@ -313,6 +333,8 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
             runs of padding at the end of each observation; ``False`` drops them, so that
             equal states give equal observations (state matching, as GiGPO's anchors need).
         render_mode: ``"ansi"`` or ``"human"``.
+        engine_timeout_s: the longest one engine call may take (the engine runs in a child
+            process, which is killed past it; loading a game gets three times as long).
     """
 
     benchmark = "textworld"
@@ -329,9 +351,13 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
         admissible_commands: bool = True,
         status_line: bool = True,
         render_mode: str | None = None,
+        engine_timeout_s: float = 60.0,
     ) -> None:
         super().__init__(split=split, admissible_commands=admissible_commands, render_mode=render_mode)
+        if engine_timeout_s <= 0:
+            raise ValueError("engine_timeout_s must be > 0")
         self.status_line = status_line
+        self._engine = EngineProcess(_Engine, name="TextWorld", timeout_s=engine_timeout_s, recycle_every=0)
         if games is None:
             suite = default_suite()
             self._specs = {s.task_id: s for specs in suite.values() for s in specs}
@@ -342,8 +368,6 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
             self._specs = {}
             self._ids = {s: list(user[s]) for s in SPLITS}
             self._paths = {k: v for s in SPLITS for k, v in user[s].items()}
-        self._tw: Any = None
-        self._tw_key: tuple[Path, bool] | None = None
 
     def _task_ids(self, split: str) -> list[str]:
         return self._ids[split]
@@ -362,38 +386,24 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
         return ensure_game(self._specs[task_id])
 
     def _start(self, task_id: str, options: Mapping[str, Any]) -> StartResult:
-        import textworld
-
         path = self.game_path(task_id)
-        key = (path, self._admissible)
-        if self._tw is None or self._tw_key != key:
-            self._close_tw()
-            infos = textworld.EnvInfos(
-                objective=True, score=True, max_score=True, won=True, lost=True,
-                admissible_commands=self._admissible, extras=["walkthrough"],
-            )
-            try:
-                self._tw = textworld.start(str(path), infos)
-            except Exception as e:
-                raise EnvInfrastructureError(f"TextWorld could not start {path}: {e}") from e
-            self._tw_key = key
+        self._engine.new_game()
         try:
-            state = self._tw.reset()
-        except Exception as e:
-            self._close_tw()
-            raise EnvInfrastructureError(f"TextWorld engine failed on reset ({e}); reset again") from e
+            state = self._engine.call("start", str(path), self._admissible, bool(options.get("walkthrough")),
+                                      timeout_s=3 * self._engine.timeout_s)
+        except EnvInfrastructureError as e:
+            raise EnvInfrastructureError(f"TextWorld could not start {path}: {e}") from e
         extra: dict[str, Any] = {}
         if options.get("walkthrough"):
-            walkthrough = state.get("extra.walkthrough")
-            if walkthrough is None:
+            if state["walkthrough"] is None:
                 raise ValueError(f"game {path} carries no walkthrough (its .json metadata lacks one)")
-            extra["walkthrough"] = list(walkthrough)
+            extra["walkthrough"] = state["walkthrough"]
         return StartResult(
-            observation=self._text(first_observation(state.feedback or "", state.get("objective") or "")),
-            instruction=self._goal(task_id, path) or state.get("objective") or "",
-            score=float(state.get("score") or 0),
-            max_score=float(state.get("max_score") or 0) or None,
-            admissible_commands=self._admissible_from(state),
+            observation=self._text(first_observation(state["feedback"], state["objective"])),
+            instruction=self._goal(task_id, path) or state["objective"],
+            score=state["score"],
+            max_score=state["max_score"] or None,
+            admissible_commands=state["admissible"],
             extra=extra,
         )
 
@@ -418,16 +428,17 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
 
     def _advance(self, action: str) -> StepResult:
         try:
-            state, score, _done = self._tw.step(zmachine_command(action))
-        except Exception as e:
-            self._close_tw()
+            state = self._engine.call("step", zmachine_command(action))
+        except EnvInfrastructureError as e:
             self._abandon()
-            raise EnvInfrastructureError(
-                f"TextWorld's engine failed on {action!r} ({type(e).__name__}: {e}); call reset()"
-            ) from e
-        won = bool(state.get("won"))
-        lost = bool(state.get("lost")) and not won
-        return StepResult(self._text(state.feedback or ""), float(score or 0), won, lost, self._admissible_from(state))
+            raise EnvInfrastructureError(f"TextWorld's engine failed on {action!r} ({e}); call reset()") from e
+        won = state["won"]
+        lost = state["lost"] and not won
+        return StepResult(self._text(state["feedback"]), state["score"], won, lost, state["admissible"])
+
+    def close(self) -> None:
+        self._engine.close()
+        super().close()
 
     def _text(self, observation: str) -> str:
         if self.status_line:
@@ -435,8 +446,4 @@ class TextWorldEnv(TextWorldEngine, TextEnv):
         text = _STATUS.sub("", observation)
         return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
 
-    def _admissible_from(self, state: Any) -> list[str] | None:
-        if not self._admissible:
-            return None
-        return list(state.get("admissible_commands") or [])
 

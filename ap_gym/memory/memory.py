@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ap_gym.errors import StoreError
+from ap_gym.errors import BackboneError, StoreError
 from ap_gym.memory.abstractions import AbstractionStore
 from ap_gym.memory.db import MemoryDB
 from ap_gym.memory.outcomes import OutcomeLog
@@ -133,8 +133,13 @@ class Memory:
 
     # ------------------------------------------------------------- queries
     def embed_task(self, instruction: str, observation: str) -> np.ndarray:
-        """The task's embedding: the instruction plus a truncated first observation."""
-        return self.embedder.embed([f"{instruction}\n{observation[: self.embed_obs_chars]}"])[0]
+        """The task's embedding: the instruction plus a truncated first observation; a
+        non-finite vector (a faulty embedder) is refused here, before retrieval uses it."""
+        vec = np.asarray(self.embedder.embed([f"{instruction}\n{observation[: self.embed_obs_chars]}"])[0])
+        if vec.ndim != 1 or not np.isfinite(vec).all():
+            raise BackboneError(f"the embedder {getattr(self.embedder, 'identity', self.embedder)!r} returned a "
+                                f"vector of shape {vec.shape} with NaN or infinite values; check the embedder")
+        return vec
 
     def task_rng(self, task_id: str) -> random.Random:
         """A generator derived from the seed, the task and the log size: no hidden state."""

@@ -35,6 +35,7 @@ writes can crash an episode.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -43,6 +44,7 @@ import numpy as np
 from pydantic import Field
 
 from ap_gym.backbones.base import Backbone, EpisodeCache, GenerationConfig, Message
+from ap_gym.errors import BackboneError
 from ap_gym.options import Options
 from ap_gym.policies.base import BasePolicy
 from ap_gym.policies.registry import register_policy
@@ -225,6 +227,10 @@ class ReActAgent(BasePolicy):
         if self.config.action_mode == "choose" and admissible:
             scored = self.backbone.score(messages, admissible, self.config.reduction)
             scores = scored.values
+            if len(scores) != len(admissible) or not all(math.isfinite(v) for v in scores):
+                raise BackboneError(f"the backbone scored {len(admissible)} commands as {list(scores)[:5]}...: "
+                                    "missing or not finite (NaN), which no choice can be made from; an "
+                                    "infrastructure failure, not the agent's")
             best, logprob = self._pick(scores)
             if logprob is not None:
                 scored_step["logprob"] = logprob

@@ -126,9 +126,11 @@ class Runner:
         config = self.config
         run_dir = config.run_dir
         self._check_resumable(run_dir)
+        inputs = self._check_inputs(run_dir)
         built = preflight(self.config, self.resources)  # every part checked now, never mid-grid; nothing written yet
         run_dir.mkdir(parents=True, exist_ok=True)
         self._write_metadata(run_dir, built)
+        self._keep_inputs(run_dir, inputs)
         settings = self.settings()
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       disable=not progress) as bar:
@@ -155,7 +157,16 @@ class Runner:
         if not saved.exists():
             return
         try:
-            previous = RunConfig.from_dict(json.loads(saved.read_text())["config"]).what_it_computes()
+            meta = json.loads(saved.read_text(encoding="utf-8"))
+            if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+                raise ValueError("it holds no config object")
+        except (ValueError, UnicodeDecodeError) as e:  # damaged: say so, not "a different config"
+            raise ConfigError(
+                f"{saved} is damaged ({e}); its episodes are intact: restore config.json from a copy (or "
+                "write the run's config back with the same options) to resume, or choose another run name"
+            ) from None
+        try:
+            previous = RunConfig.from_dict(meta["config"]).what_it_computes()
         except (ConfigError, KeyError, ValueError):
             previous = None
         if previous != self.config.what_it_computes():
@@ -163,6 +174,50 @@ class Runner:
                 f"{run_dir} holds a run with a different config; resume with the same config "
                 "or choose another run name (name: ... or --name)"
             )
+
+    def _input_files(self) -> list[Path]:
+        """Files the run reads as it goes (frozen skills files named by path)."""
+        paths = {str(p.options["frozen_abstractions"]) for p in self.config.policies
+                 if isinstance(p.options.get("frozen_abstractions"), str)}
+        return [Path(p) for p in sorted(paths)]
+
+    def _check_inputs(self, run_dir: Path) -> dict[str, str]:
+        """The input files' hashes; a file edited since the run started (between a kill and
+        the resume) is refused: its episodes so far saw the old contents."""
+        import hashlib
+
+        current = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in self._input_files() if p.is_file()}
+        manifest = run_dir / "inputs" / "manifest.json"
+        try:
+            recorded = json.loads(manifest.read_text()) if manifest.exists() else {}
+        except ValueError:
+            recorded = {}
+        for path, digest in current.items():
+            before = recorded.get(path, {}).get("sha256") if isinstance(recorded.get(path), dict) else None
+            if before is not None and before != digest:
+                raise ConfigError(
+                    f"{path} changed since this run started (its episodes so far saw the file as it was); restore "
+                    f"it from the run's copy {run_dir / 'inputs' / recorded[path]['copy']}, or choose another "
+                    "run name (name: ... or --name) to run with the new file")
+        return current
+
+    def _keep_inputs(self, run_dir: Path, current: dict[str, str]) -> None:
+        import shutil
+
+        folder = run_dir / "inputs"
+        manifest = folder / "manifest.json"
+        try:
+            recorded = json.loads(manifest.read_text()) if manifest.exists() else {}
+        except ValueError:
+            recorded = {}
+        for path, digest in current.items():
+            if path not in recorded:
+                folder.mkdir(exist_ok=True)
+                copy = f"{digest[:12]}-{Path(path).name}"
+                shutil.copyfile(path, folder / copy)
+                recorded[path] = {"sha256": digest, "copy": copy}
+        if current:
+            atomic_write_json(manifest, recorded)
 
     def _write_metadata(self, run_dir: Path, built: dict[str, Any]) -> None:
         import ap_gym

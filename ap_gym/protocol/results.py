@@ -178,7 +178,15 @@ def load_config(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / "config.json"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir} is not an ap-gym run directory (no config.json)")
-    return json.loads(path.read_text())
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is damaged (not JSON: {e}); restore it from a copy") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path} is damaged (a JSON {type(meta).__name__}, not an object); restore it from a copy")
+    if not isinstance(meta.get("config", {}), dict):
+        raise ValueError(f"{path} is damaged (its 'config' is not an object); restore it from a copy")
+    return meta
 
 
 def load_episodes(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -25,13 +25,16 @@ from ap_gym.view.index import FILTERS, RunIndex, curves
 __all__ = ["RunIndex", "Viewer", "create_app", "serve", "write_static"]
 
 
-def create_app(viewer: Viewer) -> Any:
-    """The read-only FastAPI app over ``viewer`` (see :mod:`ap_gym.view.app`)."""
+def create_app(viewer: Viewer, **options: Any) -> Any:
+    """The read-only FastAPI app over ``viewer`` (see :mod:`ap_gym.view.app`: ``api_key``,
+    ``hosts``)."""
     from ap_gym.view.app import create_app as create
 
-    return create(viewer)
+    return create(viewer, **options)
 
 STATIC = Path(__file__).parent / "static"
+#: The file that marks a directory as a bundle ``write_static`` may overwrite.
+BUNDLE_MARK = ".ap-gym-bundle"
 
 
 class Viewer:
@@ -57,10 +60,11 @@ class Viewer:
         for k, ix in enumerate(self.indexes):
             config = ix.meta.get("config") or {}
             backbone = ix.meta.get("backbone")
+            policies = config.get("policies") if isinstance(config.get("policies"), list) else []
             out.append({"run": k, "path": str(ix.run), "name": ix.run.name,
                         "description": config.get("description"), "version": ix.meta.get("ap_gym_version"),
                         "backbone": backbone.get("identity") if isinstance(backbone, dict) else backbone,
-                        "policies": [p.get("label") for p in config.get("policies", [])]})
+                        "policies": [p.get("label") for p in policies if isinstance(p, dict)]})
         return out
 
     def overview(self, k: int) -> dict[str, Any]:
@@ -89,26 +93,40 @@ def _cell(value: Any) -> Any:
 
 
 def serve(runs: Sequence[str | Path], host: str = "127.0.0.1", port: int = 0, open_browser: bool = False,
-          rebuild: bool = False) -> None:
-    """Index ``runs`` and serve the viewer until interrupted; port 0 takes a free port."""
+          rebuild: bool = False, api_key: str | None = None) -> None:
+    """Index ``runs`` and serve the viewer until interrupted; port 0 takes a free port.
+
+    Beyond loopback the viewer needs ``api_key`` (runs hold whatever the agents saw), and
+    the address printed carries it once (``/?key=...``); on loopback, requests must be
+    addressed to a loopback name.
+    """
     import socket
     import webbrowser
 
     import uvicorn
 
+    from ap_gym.net import is_loopback
+
+    if not is_loopback(host) and not api_key:
+        raise ValueError(f"--host {host} serves the runs beyond this machine: give a key (--api-key or "
+                         "AP_GYM_VIEW_KEY), or bind to 127.0.0.1 and reach it through an SSH tunnel")
     viewer = Viewer(runs, rebuild=rebuild)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.bind((host, port))
     sock.listen(128)  # connections queue from now on: the printed address answers at once
-    url = f"http://{host}:{sock.getsockname()[1]}/"
+    url = f"http://{host}:{sock.getsockname()[1]}/" + ("?key=<your key>" if api_key else "")
     print(f"ap-gym view: {url}  ({len(runs)} run(s); Ctrl-C stops)", flush=True)
     if open_browser:
-        webbrowser.open(url)
+        webbrowser.open(url.replace("<your key>", api_key or ""))
     from ap_gym.view.app import create_app
 
-    server = uvicorn.Server(uvicorn.Config(create_app(viewer), log_level="warning"))
+    app = create_app(viewer, api_key=api_key, hosts=None if not is_loopback(host) else
+                     ("localhost", "127.0.0.1", "::1", "[::1]", host.lower()))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:  # Ctrl-C: a line, not asyncio's traceback
+        pass
     finally:
         viewer.close()
 
@@ -122,13 +140,17 @@ def _put(path: Path, key: str, payload: Any) -> None:
 def write_static(runs: Sequence[str | Path], out: str | Path, rebuild: bool = False) -> Path:
     """Write the viewer and the data of ``runs`` to ``out`` (``out/index.html`` opens from disk)."""
     out = Path(out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / BUNDLE_MARK).is_file())):
+        # only an empty directory or a bundle this function wrote: nothing else is overwritten
+        raise FileExistsError(f"{out} exists and is not a viewer bundle (no {BUNDLE_MARK}); name a new or "
+                              "empty directory")
     viewer = Viewer(runs, rebuild=rebuild)
     try:
-        if out.exists():
-            if not (out / "index.html").exists() or not (out / "data").is_dir():
-                raise FileExistsError(f"{out} exists and is not a viewer bundle; name a new or empty directory")
+        if (out / "data").is_dir():
             shutil.rmtree(out / "data")
         out.mkdir(parents=True, exist_ok=True)
+        (out / BUNDLE_MARK).write_text("written by ap-gym view --static; ap-gym may replace this directory's "
+                                       "index.html, static/ and data/\n")
         shutil.copytree(STATIC, out / "static", dirs_exist_ok=True)
         shutil.copy(STATIC / "index.html", out / "index.html")
         data = out / "data"

@@ -2,14 +2,27 @@
 
 Only GET routes exist; nothing a request says reaches the file system except through
 the run's index (episode ids, filters from :data:`~ap_gym.view.index.FILTERS`).
+
+Runs can hold anything an agent saw, so the viewer follows :mod:`ap_gym.net`: on loopback
+it answers only requests addressed to a loopback name (no DNS rebinding); bound beyond it,
+it needs a key, given once as ``/?key=...`` (kept in a cookie for the page's own requests)
+or as ``Authorization: Bearer ...``.
 """
 
 from __future__ import annotations
 
+import hmac
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import Path as PathParam
+from fastapi.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from fastapi.staticfiles import StaticFiles
 
 if TYPE_CHECKING:
@@ -18,20 +31,60 @@ if TYPE_CHECKING:
 __all__ = ["create_app"]
 
 
-def create_app(viewer: Viewer) -> FastAPI:
-    """The read-only FastAPI app: ``/api/...`` answers, ``/`` the page."""
+_COOKIE = "ap_gym_view_key"
+
+
+def _answer(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` as JSON; an unknown run or episode is a 404, a bad filter a 400."""
+    try:
+        return JSONResponse(fn(*args))
+    except KeyError as e:
+        raise HTTPException(404, str(e.args[0] if e.args else e)) from None
+    except ValueError as e:
+        raise HTTPException(400, str(e)) from None
+
+
+def _guard(app: FastAPI, api_key: str | None, hosts: tuple[str, ...] | None) -> None:
+    """Refuse requests to other host names (when ``hosts``) and without the key (when set)."""
+    from ap_gym.net import is_loopback
+
+    @app.middleware("http")
+    async def check(request: Request, call_next: Any) -> Any:
+        if hosts is not None:
+            name = (request.url.hostname or "").lower()
+            if name not in hosts and not is_loopback(name):
+                return PlainTextResponse(f"ap-gym view answers only requests addressed to {hosts[0]}; "
+                                         f"this one was addressed to {name!r}", status_code=421)
+        if api_key:
+            given = request.query_params.get("key")
+            if given is not None and request.url.path == "/" and hmac.compare_digest(given, api_key):
+                response = RedirectResponse("/", status_code=303)
+                response.set_cookie(_COOKIE, api_key, httponly=True, samesite="strict")
+                return response
+            header = request.headers.get("authorization", "")
+            offered = request.cookies.get(_COOKIE) or (header[7:] if header.lower().startswith("bearer ") else "")
+            if not hmac.compare_digest(offered.encode(), api_key.encode()):
+                return PlainTextResponse("this viewer needs its key: open /?key=<key> once, or send "
+                                         "'Authorization: Bearer <key>'", status_code=401)
+        return await call_next(request)
+
+
+def create_app(viewer: Viewer, *, api_key: str | None = None,
+               hosts: tuple[str, ...] | None = ("localhost", "127.0.0.1", "::1", "[::1]")) -> FastAPI:
+    """The read-only FastAPI app: ``/api/...`` answers, ``/`` the page.
+
+    Args:
+        viewer: the runs.
+        api_key: required of every request when set (a server bound beyond loopback).
+        hosts: the host names requests may be addressed to; ``None`` accepts any (a
+            server bound beyond loopback, behind its key).
+    """
     from ap_gym.view import STATIC
 
     app = FastAPI(title="ap-gym view", docs_url=None, redoc_url=None, openapi_url=None)
+    _guard(app, api_key, hosts)
 
-    def answer(fn: Any, *args: Any) -> Any:
-        try:
-            return JSONResponse(fn(*args))
-        except KeyError as e:
-            raise HTTPException(404, str(e.args[0] if e.args else e)) from None
-        except ValueError as e:
-            raise HTTPException(400, str(e)) from None
-
+    answer = _answer
     @app.get("/api/runs")
     def runs() -> Any:
         return answer(viewer.runs)
@@ -49,7 +102,8 @@ def create_app(viewer: Viewer) -> FastAPI:
         return answer(lambda: viewer.index(k).provenance())
 
     @app.get("/api/run/{k}/episodes")
-    def episodes(k: int, request: Request, page: int = 0, per_page: int = 50) -> Any:
+    def episodes(k: int, request: Request, page: int = Query(0, ge=0, le=10**9),
+                 per_page: int = Query(50, ge=1, le=1000)) -> Any:
         filters = {key: v for key, v in request.query_params.items() if key not in ("page", "per_page")}
 
         def run() -> dict[str, Any]:
@@ -59,7 +113,7 @@ def create_app(viewer: Viewer) -> FastAPI:
         return answer(run)
 
     @app.get("/api/run/{k}/episode/{episode_id}")
-    def episode(k: int, episode_id: int) -> Any:
+    def episode(k: int, episode_id: int = PathParam(ge=0, le=2**62)) -> Any:
         return answer(lambda: viewer.index(k).episode(episode_id))
 
     @app.get("/data/boot.js")

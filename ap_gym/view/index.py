@@ -128,6 +128,34 @@ def _head(raw: bytes) -> dict[str, Any] | None:
     return line
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _row_of(x: Mapping[str, Any], rel: str, start: int, length: int) -> tuple[Any, ...] | None:
+    """An episode line's row of the index, or ``None`` when a field the index needs is
+    missing or of the wrong type (a damaged or hand-edited line)."""
+    try:
+        info, usage = _mapping(x.get("policy_info")), _mapping(x.get("usage"))
+        text = (x["benchmark"], x["policy"], x["phase"], x["task_id"])
+        if not all(isinstance(t, str) for t in text):
+            return None
+        score = x.get("score")
+        mode = info.get("mode")
+        return (setting_key(x), x["benchmark"], str(x.get("backbone") or ""), x["policy"], int(x["seed"]),
+                x["phase"], int(x["iteration"]), int(x["index"]), x["task_id"], str(x.get("task_family") or ""),
+                int(bool(x.get("success"))), float(score) if isinstance(score, int | float) else None,
+                str(x.get("termination") or ""), _outcome(x), int(x.get("num_steps") or 0),
+                int(usage.get("llm_calls") or 0), _tokens(usage), mode if isinstance(mode, str) else None,
+                int(x.get("parse_failures") or 0), rel, start, length)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
 def _signature(run: Path) -> str:
     """What the index was built from: every result file's path, size and mtime."""
     parts = [f"v{INDEX_VERSION}"]
@@ -215,7 +243,7 @@ class RunIndex:
         rel = directory.relative_to(self.run).as_posix()
         path = directory / EPISODES
         rows, seen, train, rejected = [], [], {}, []
-        setting = rel
+        setting, damaged = rel, 0
         with open(path, "rb") as f:
             offset = 0
             for raw in f:
@@ -223,19 +251,17 @@ class RunIndex:
                 if not raw.strip():
                     continue
                 x = _head(raw)
-                if x is None:
-                    continue  # a damaged or cut line: results.read_lines says so on resume
-                setting = setting_key(x)
-                info = x.get("policy_info") or {}
-                usage = x.get("usage") or {}
-                rows.append((setting, x["benchmark"], x.get("backbone") or "", x["policy"], int(x["seed"]),
-                             x["phase"], int(x["iteration"]), int(x["index"]), x["task_id"],
-                             x.get("task_family") or "", int(bool(x.get("success"))), x.get("score"),
-                             x.get("termination") or "", _outcome(x), int(x.get("num_steps") or 0),
-                             int(usage.get("llm_calls") or 0), _tokens(usage), info.get("mode"),
-                             int(x.get("parse_failures") or 0), rel, start, len(raw)))
-                seen.append([int(i) for i in info.get("abstractions_in_prompt") or [] if isinstance(i, int)])
-                rejected += info.get("rejected_abstractions") or []
+                row = _row_of(x, rel, start, len(raw)) if x is not None else None
+                if row is None:  # a damaged or cut line: results.read_lines says so on resume
+                    damaged += 1
+                    continue
+                setting = row[0]
+                info = _mapping(x.get("policy_info"))
+                rows.append(row)
+                seen.append([int(i) for i in _list(info.get("abstractions_in_prompt")) if isinstance(i, int)])
+                rejected += [r for r in _list(info.get("rejected_abstractions")) if isinstance(r, Mapping)]
+        if damaged:
+            log.warning("%s: %d damaged line(s) left out of the viewer", path, damaged)
         first = conn.execute("SELECT COALESCE(MAX(id), 0) FROM episodes").fetchone()[0] + 1
         conn.executemany("INSERT INTO episodes (setting, benchmark, backbone, policy, seed, phase, iteration, idx, "
                          "task_id, task_family, success, score, termination, outcome, num_steps, llm_calls, tokens, "
@@ -362,12 +388,12 @@ class RunIndex:
         except ValueError as e:
             raise ValueError(f"episode {episode_id}'s line in {r['file']}/{EPISODES} is damaged ({e}); resuming the "
                              "run moves it to episodes.jsonl.bad and keeps every valid line") from None
-        info = line.get("policy_info") or {}
-        retrieved = [int(i) for i in info.get("retrieved_records") or [] if isinstance(i, int)]
+        info = _mapping(line.get("policy_info"))
+        retrieved = [int(i) for i in _list(info.get("retrieved_records")) if isinstance(i, int)]
         links = dict(self.conn.execute(
             f"SELECT record_id, episode_id FROM records WHERE setting=? AND record_id IN ({','.join('?' * len(retrieved))})",
             [r["setting"], *retrieved]).fetchall()) if retrieved else {}
-        shown = [int(i) for i in info.get("abstractions_in_prompt") or [] if isinstance(i, int)]
+        shown = [int(i) for i in _list(info.get("abstractions_in_prompt")) if isinstance(i, int)]
         texts = {row["id"]: {"id": row["id"], "text": row["text"], "flagged": bool(row["flagged"])}
                  for row in self.conn.execute(
                      f"SELECT id, text, flagged FROM abstractions WHERE setting=? AND id IN ({','.join('?' * len(shown))})",

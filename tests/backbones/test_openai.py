@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -158,3 +159,123 @@ def test_timeout_s_of_older_scripts_sets_the_deadline_with_a_warning_and_a_typo_
     assert client.options.deadline_s == 3
     with pytest.raises(TypeError, match="deadlin_s.*the serving options are .*deadline_s"):
         OpenAIBackbone("http://127.0.0.1:9/v1", "m", deadlin_s=3)
+
+
+class Scripted:
+    """A raw HTTP server that answers requests with the responses given, in order (the
+    last one repeats): each ``(status, headers, body)``, or ``None`` to close the
+    connection without answering (a fault)."""
+
+    def __init__(self, responses: list) -> None:
+        import threading
+
+        self.responses, self.seen = list(responses), []
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import time
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                head = conn.recv(65536).split(b"\r\n", 1)[0].decode()
+                self.seen.append((time.monotonic(), head))
+                answer = self.responses.pop(0) if len(self.responses) > 1 else self.responses[0]
+                if answer is None:
+                    continue
+                status, headers, body = answer
+                body = body if isinstance(body, bytes) else json.dumps(body).encode()
+                extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+                conn.sendall(f"HTTP/1.1 {status} X\r\nContent-Length: {len(body)}\r\nConnection: close\r\n"
+                             f"{extra}\r\n".encode() + body)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+MODELS = (200, {}, {"data": [{"id": "m"}]})
+
+
+def test_retry_after_is_honoured_and_capped():
+    server = Scripted([(429, {"Retry-After": "1"}, {"error": "slow down"}), MODELS])
+    try:
+        OpenAIBackbone(server.url, retries=2, backoff_s=0.01)
+        (t0, _), (t1, _) = server.seen[:2]
+        assert t1 - t0 >= 0.9  # waited as asked, not the 0.01 s backoff
+    finally:
+        server.close()
+    server = Scripted([(503, {"Retry-After": "3600"}, {}), MODELS])
+    try:
+        OpenAIBackbone(server.url, retries=2, backoff_s=0.01, max_retry_after_s=0.5)
+        (t0, _), (t1, _) = server.seen[:2]
+        assert 0.4 <= t1 - t0 < 5  # an hour asked, the cap taken
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("fault", [(500, {}, {"error": "boom"}), (200, {}, b"{not json"), (200, {}, {"tokens": "abc"}),
+                                   (404, {}, {"detail": "Not Found"})])
+def test_the_scoring_probe_names_what_the_server_answered(fault):
+    server = Scripted([MODELS, MODELS, fault])
+    try:
+        client = OpenAIBackbone(server.url, retries=0, backoff_s=0.01, check_deadline_s=2)
+        with pytest.raises(BackboneError) as e:
+            client.check(scoring=True)
+        text = str(e.value)
+        assert "/tokenize" in text or "failed after" in text
+        if fault[0] == 404:
+            assert "Not Found" in text and "'generate' or 'react'" in text
+    finally:
+        server.close()
+
+
+def test_an_outage_during_the_probe_is_not_taken_for_a_verdict():
+    """Down during the start-up probe (connections closed), then back: the next check
+    probes again instead of keeping 'cannot score'."""
+    tokens = (200, {}, {"tokens": [5, 6]})
+    logprobs = (200, {}, {"choices": [{"index": 0, "prompt_logprobs": [None, {"6": {"logprob": -1.0}},
+                                                                          {"5": {"logprob": -2.0}},
+                                                                          {"6": {"logprob": -0.5}}]}]})
+    server = Scripted([MODELS, MODELS, None, None, MODELS, tokens, logprobs])
+    try:
+        client = OpenAIBackbone(server.url, retries=1, backoff_s=0.01, check_deadline_s=2)
+        with pytest.raises(BackboneError, match="failed after 2 attempts"):
+            client.check(scoring=True)
+        assert client.check(scoring=True)["scoring"] == "prompt_logprobs"
+    finally:
+        server.close()
+
+
+def test_nan_scores_from_a_server_are_an_infrastructure_failure():
+    tokens = (200, {}, {"tokens": [5]})
+    nan = (200, {}, b'{"choices": [{"index": 0, "prompt_logprobs": [null, {"5": {"logprob": NaN}}]}]}')
+    server = Scripted([MODELS, tokens, tokens, nan])  # the prompt, the candidate, then the scores
+    try:
+        client = OpenAIBackbone(server.url, retries=0, backoff_s=0.01)
+        client._scoring = "prompt_logprobs"
+        with pytest.raises(BackboneError, match="log-probability of nan"):
+            client.score(MSGS, ["look"])
+    finally:
+        server.close()
+
+
+def test_a_key_goes_only_to_https_or_loopback(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.delenv("AP_GYM_API_KEY", raising=False)
+    with pytest.warns(UserWarning, match="not sending"):
+        remote = OpenAIBackbone("http://203.0.113.5:8000/v1", "m")
+    assert "authorization" not in remote._client.headers
+    assert OpenAIBackbone("https://203.0.113.5/v1", "m")._client.headers["authorization"] == "Bearer sk-secret"
+    assert OpenAIBackbone("http://127.0.0.2:8000/v1", "m")._client.headers["authorization"] == "Bearer sk-secret"
+    with pytest.raises(BackboneError, match="clear text"):
+        OpenAIBackbone("http://203.0.113.5:8000/v1", "m", api_key="sk-mine")
+    allowed = OpenAIBackbone("http://203.0.113.5:8000/v1", "m", api_key="sk-mine", insecure_credentials=True)
+    assert allowed._client.headers["authorization"] == "Bearer sk-mine"

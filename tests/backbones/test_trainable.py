@@ -118,3 +118,40 @@ def test_greedy_choose_records_no_logprob(tiny_backbone):
     agent.begin("obs", info)
     agent.act("obs", info)
     assert agent.trace().steps[-1].logprob is None and agent.trace().steps[-1].messages is None
+
+
+def test_generate_stays_inside_the_context_and_its_deadline():
+    import time
+
+    model, tokenizer = tiny_llama(seed=4)
+    backbone = TransformersBackbone(model, tokenizer=tokenizer, max_context=96, max_generate_s=1.0)
+    t = time.monotonic()
+    completion = backbone.generate(MESSAGES, GenerationConfig(max_new_tokens=1_000_000, temperature=1.0, seed=1))
+    assert time.monotonic() - t < 10
+    assert completion.prompt_tokens + completion.completion_tokens <= 96
+    slow = TransformersBackbone(*tiny_llama(seed=4, hidden_size=256, layers=4)[:1], tokenizer=tokenizer,
+                                max_generate_s=0.3)
+    slow._eos = set()  # a model that never ends its answer: only the deadline stops it
+    t = time.monotonic()
+    cut = slow.generate(MESSAGES, GenerationConfig(max_new_tokens=8000, temperature=1.0, seed=1))
+    assert time.monotonic() - t < 5 and cut.extra.get("timed_out") and cut.finish_reason == "length"
+
+
+def test_nan_scores_are_an_infrastructure_failure_of_the_step(tiny_backbone):
+    from ap_gym.backbones.base import Scores
+    from ap_gym.errors import BackboneError
+
+    class NaNScores:  # a unit fake: the subject is the agent's handling of what it gets
+        identity = "nan"
+
+        def score(self, messages, candidates, reduction="sum"):
+            return Scores(tuple(float("nan") for _ in candidates))
+
+        def describe(self):
+            return {}
+
+    agent = ReActAgent(NaNScores(), seed=0)
+    info = {"task_id": "t/1", "instruction": "x", "admissible_commands": CANDIDATES}
+    agent.begin("obs", info)
+    with pytest.raises(BackboneError, match="not finite"):
+        agent.act("obs", info)

@@ -162,3 +162,27 @@ def test_the_jvm_is_recycled_after_its_reset_budget():
         assert pids[0] == pids[1] != pids[2]
     finally:
         env.close()
+
+
+def test_the_jvm_runs_with_a_heap_limit(sw_env):
+    sw_env.reset(seed=0)
+    command = sw_env.unwrapped._engine._gateway.java_process.args
+    assert any(str(a).startswith("-Xmx") for a in command), command
+
+
+def test_a_jvm_that_never_starts_is_killed_at_the_launch_deadline(tmp_path, monkeypatch):
+    """The launch is under a deadline too: a JVM that never says its port is killed."""
+    import time
+
+    from ap_gym.envs.scienceworld import _launch_gateway
+    from ap_gym.errors import EnvInfrastructureError
+
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    java.write_text("#!/bin/sh\nsleep 60\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    t = time.monotonic()
+    with pytest.raises(EnvInfrastructureError, match="did not start within 1 s"):
+        _launch_gateway(classpath="x.jar", timeout_s=1.0)
+    assert time.monotonic() - t < 10

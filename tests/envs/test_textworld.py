@@ -169,3 +169,24 @@ def test_without_the_status_line_equal_states_read_equal(tw_env):
     again, _ = env.reset(options={"task_id": task})
     assert first == again and not first.rstrip().endswith(("/1", ">")) and first == first.rstrip()
     env.close()
+
+
+def test_a_native_crash_of_the_engine_is_contained():
+    """The interpreter runs in an engine process: a segfault there ends that child (an
+    infrastructure failure of the episode), never the caller; the next reset goes on."""
+    import os
+    import signal
+
+    from ap_gym.errors import EnvInfrastructureError
+
+    env = gym.make("ap_gym/TextWorld-v0", split="test")
+    try:
+        env.reset(seed=0)
+        os.kill(env.unwrapped._engine.pid, signal.SIGSEGV)
+        with pytest.raises(EnvInfrastructureError, match="died|failed"):
+            env.step("look")
+        obs, info = env.reset(seed=0)
+        assert obs and info["task_id"]
+        env.step("look")
+    finally:
+        env.close()

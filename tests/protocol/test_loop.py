@@ -42,6 +42,14 @@ def test_run_writes_results_and_refuses_a_changed_config(tmp_path):
     assert len(load_episodes(run_dir)) == len(lines)
     with pytest.raises(ValueError, match="different config"):
         run(RunConfig.from_dict(config(tmp_path, iterations=3)), progress=False)
+    # a damaged config.json is named as damaged (not "a different config"), and nothing is lost
+    saved = (run_dir / "config.json").read_text()
+    for damage in ("{not json", "[1, 2]", '{"config": "x"}'):
+        (run_dir / "config.json").write_text(damage)
+        with pytest.raises(ValueError, match="is damaged"):
+            run(cfg, progress=False)
+    assert len(load_episodes(run_dir)) == len(lines)
+    (run_dir / "config.json").write_text(saved)
 
 
 def test_workers_give_the_same_episodes(tmp_path):

@@ -12,6 +12,7 @@ import yaml
 from ap_gym.cli import main
 from ap_gym.errors import APGymError
 from ap_gym.protocol import RunConfig, run
+from ap_gym.protocol.config import ConfigError
 from ap_gym.protocol.results import load_episodes
 from ap_gym.protocol.skills import export_skills, read_skills, skills_for
 from tests.helpers import TINY_AGENT, config
@@ -49,6 +50,15 @@ def test_judge_filters_with_its_own_backbone_and_skills_feed_the_frozen_layer(tm
     (episode,) = [x for x in load_episodes(run2) if x["phase"] == "eval"]
     shown = [t for t in texts if f"- {t}" in episode["policy_info"]["guidance"]]
     assert "## Skills\n- Skill number" in episode["policy_info"]["guidance"] and len(shown) == 3
+
+    # the skills file is an input of the run: kept in it, and an edit before a resume is refused
+    manifest = json.loads((run2 / "inputs" / "manifest.json").read_text())
+    assert (run2 / "inputs" / manifest[str(out)]["copy"]).read_bytes() == out.read_bytes()
+    entry["admitted"] = [{"text": "An edited skill."}]
+    out.write_text(json.dumps(skills))
+    with pytest.raises(ConfigError, match="changed since this run started"):
+        run(RunConfig.from_dict(config(tmp_path / "b", policies=frozen, iterations=1, train_per_iter=1, heldout=1)),
+            progress=False)
 
 
 def test_export_errors_name_what_to_do(tmp_path):

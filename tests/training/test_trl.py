@@ -15,7 +15,9 @@ pytest.importorskip("trl")
 from ap_gym.backbones.hf import TransformersBackbone, tiny_llama  # noqa: E402
 from ap_gym.envs import StartResult, StepResult, TextEnv  # noqa: E402
 from ap_gym.training.trl import EnvTools, TRLRollout, env_reward  # noqa: E402
-from tests.test_vector import Dial  # noqa: E402,F401  (registers test_vector/Dial-v0)
+from tests.helpers import register_dial  # noqa: E402
+
+register_dial()
 
 
 class Words(TextEnv):

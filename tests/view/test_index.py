@@ -113,8 +113,11 @@ def test_the_api_answers_and_refuses_clearly(view_run):
     from fastapi.testclient import TestClient
 
     viewer = Viewer([view_run])
-    client = TestClient(create_app(viewer))
+    client = TestClient(create_app(viewer), base_url="http://127.0.0.1")
     assert client.get("/api/runs").json()[0]["path"] == str(view_run)
+    for huge in ("/api/run/0/episodes?page=99999999999999999999", f"/api/run/0/episode/{10**30}",
+                 "/api/run/0/episodes?per_page=100000000"):
+        assert client.get(huge).status_code == 422  # refused with a reason, not a 500
     ov = client.get("/api/run/0/overview").json()
     assert {c["panel"] for c in ov["curves"]} == {"shop @ tiny-llama(seed=0)"} or ov["curves"]
     page = client.get("/api/run/0/episodes", params={"phase": "eval", "per_page": 2}).json()
@@ -128,6 +131,55 @@ def test_the_api_answers_and_refuses_clearly(view_run):
     assert client.get("/").status_code == 200 and "app.js" in client.get("/").text
     assert client.get("/static/vendor/uPlot.iife.min.js").status_code == 200
     viewer.close()
+
+
+def test_the_viewer_answers_only_its_own_host_name(view_run):
+    """DNS rebinding: a page on evil.example whose name now points at 127.0.0.1 sends its
+    own name in Host; the loopback viewer refuses it."""
+    from fastapi.testclient import TestClient
+
+    viewer = Viewer([view_run])
+    assert TestClient(create_app(viewer), base_url="http://evil.example").get("/api/runs").status_code == 421
+    assert TestClient(create_app(viewer), base_url="http://localhost:8000").get("/api/runs").status_code == 200
+    viewer.close()
+
+
+def test_a_viewer_with_a_key_answers_only_with_it(view_run):
+    from fastapi.testclient import TestClient
+
+    viewer = Viewer([view_run])
+    client = TestClient(create_app(viewer, api_key="s3cret", hosts=None), base_url="http://10.1.2.3")
+    assert client.get("/api/runs").status_code == 401
+    assert client.get("/?key=wrong", follow_redirects=False).status_code == 401
+    assert client.get("/api/runs", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    opened = client.get("/?key=s3cret", follow_redirects=False)
+    assert opened.status_code == 303 and "httponly" in opened.headers["set-cookie"].lower()
+    assert client.get("/api/runs").status_code == 200  # the cookie from then on
+    viewer.close()
+
+
+def test_serving_beyond_loopback_needs_a_key(view_run):
+    from ap_gym.view import serve
+
+    with pytest.raises(ValueError, match="needs|give a key"):
+        serve([view_run], host="0.0.0.0")
+
+
+def test_static_never_overwrites_a_directory_it_did_not_write(view_run, tmp_path):
+    site = tmp_path / "site"
+    (site / "data").mkdir(parents=True)
+    (site / "index.html").write_text("<h1>mine</h1>")
+    (site / "data" / "precious.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(FileExistsError, match="not a viewer bundle"):
+        write_static([view_run], site)
+    assert (site / "index.html").read_text() == "<h1>mine</h1>" and (site / "data" / "precious.csv").exists()
+    bundle = tmp_path / "bundle"
+    write_static([view_run], bundle)
+    write_static([view_run], bundle)  # a bundle it wrote: rewritten in place
+    assert (bundle / "index.html").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert write_static([view_run], empty).exists()
 
 
 def test_the_static_bundle_holds_every_episode(view_run, tmp_path):
@@ -159,3 +211,49 @@ def test_the_index_reads_heads_exactly_as_a_full_parse_would(view_run):
     tricky = json.dumps({"phase": "eval", "task_id": "t", "policy_info": {"note": 'a "steps": [ inside'},
                          "steps": [{"action": ', "steps": [', "observation": "x"}]}).encode() + b"\n"
     assert _head(tricky) == {"phase": "eval", "task_id": "t", "policy_info": {"note": 'a "steps": [ inside'}}
+
+
+def test_a_damaged_run_is_shown_without_its_damaged_lines(view_run, tmp_path):
+    """Lines edited by hand or cut (no benchmark, a string seed, policy_info a list, usage
+    strings) are left out with a warning; the rest of the run is shown."""
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    run = tmp_path / "damaged"
+    shutil.copytree(view_run, run, ignore=shutil.ignore_patterns(".view"))
+    episodes = sorted(run.rglob("episodes.jsonl"))[0]
+    lines = episodes.read_text().splitlines()
+    good = len(lines)
+    bad = []
+    for change in ({"benchmark": None}, {"seed": "zero"}, {"policy_info": [1, 2]}, {"usage": "lots"},
+                   {"policy_info": {"abstractions_in_prompt": "x", "rejected_abstractions": [1, "a"]}}):
+        x = json.loads(lines[0])
+        for key, value in change.items():
+            if value is None:
+                x.pop(key)
+            else:
+                x[key] = value
+        bad.append(json.dumps(x))
+    episodes.write_text("\n".join(lines + bad) + "\n")
+    viewer = Viewer([run])
+    client = TestClient(create_app(viewer), base_url="http://127.0.0.1")
+    total = client.get("/api/run/0/episodes", params={"per_page": 1}).json()["total"]
+    all_lines = sum(len(p.read_text().splitlines()) for p in run.rglob("episodes.jsonl"))
+    # no benchmark, a seed that is no number: left out; a policy_info or usage of the wrong
+    # type reads as empty, and the episode is shown
+    assert total == all_lines - 2 and good
+    for row in client.get("/api/run/0/episodes", params={"per_page": 1000}).json()["rows"]:
+        assert client.get(f"/api/run/0/episode/{row['id']}").status_code == 200
+    viewer.close()
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"config": [1]}'])
+def test_a_damaged_config_json_is_named_as_damaged(view_run, tmp_path, text):
+    import shutil
+
+    run = tmp_path / "damaged"
+    shutil.copytree(view_run, run, ignore=shutil.ignore_patterns(".view"))
+    (run / "config.json").write_text(text)
+    with pytest.raises(ValueError, match="damaged"):
+        Viewer([run])
