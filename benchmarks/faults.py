@@ -8,9 +8,11 @@ JVM) and checks what must hold afterwards. Outcomes:
   damaged line skipped, a dripping server cut off);
 * ``clear error``: an ap-gym error (or an HTTP 4xx) that says what went wrong;
 * ``crash``: any other exception; ``hang``: no answer within the fault's time limit;
-* ``data loss``: something that was stored is gone or changed.
+* ``data loss``: something that was stored is gone or changed;
+* ``silently wrong``: it went on as if nothing were wrong (a key sent in clear, a model
+  substituted, a fault named as another).
 
-Target: 0 crashes, 0 hangs, 0 data loss.
+Target: 0 crashes, 0 hangs, 0 data loss, 0 silently wrong.
 
     python benchmarks/faults.py [--only stores] [--json out.json]
 """
@@ -536,26 +538,449 @@ for _sig, _signame in ((9, "SIGKILL"), (15, "SIGTERM"), (2, "SIGINT")):
             lambda s=_sig, w=_workers: _kill_and_resume(s, w))
 
 
+# ------------------------------------------------------- exposure, substitutions (issue 32)
+def _view_run() -> Path:
+    """A small real run (Shop, the tiny model), made once, for the viewer's faults."""
+    if "view_run" not in _MEMORY:
+        from ap_gym.protocol import RunConfig, run
+
+        cfg = {"name": "v", "benchmarks": ["shop"], "backbone": "tiny", "out": str(TMP / "view"),
+               "policies": [{"name": "no_memory", "options": {"agent": {"action_mode": "generate",
+                                                                        "generation": {"max_new_tokens": 3}}}}],
+               "iterations": 1, "heldout": 3, "max_steps": 3}
+        _MEMORY["view_run"] = run(RunConfig.from_dict(cfg), progress=False)
+    return _MEMORY["view_run"]
+
+
+def _client(**options: Any) -> Any:
+    from fastapi.testclient import TestClient
+
+    from ap_gym.view import Viewer, create_app
+
+    base = options.pop("base_url", "http://127.0.0.1")
+    return TestClient(create_app(Viewer([_view_run()]), **options), base_url=base)
+
+
+@fault("exposure", "ap-gym view --host 0.0.0.0 without a key")
+def _view_exposed() -> str:
+    from ap_gym.view import serve
+
+    try:
+        serve([_view_run()], host="0.0.0.0")
+    except ValueError as e:
+        return f"clear error|{str(e)[:100]}"
+    return "silently wrong|served every run with no key"
+
+
+@fault("exposure", "the viewer asked under another host name (DNS rebinding)")
+def _view_rebinding() -> str:
+    status = _client(base_url="http://evil.example").get("/api/runs").status_code
+    return f"handled|HTTP {status}" if status == 421 else f"silently wrong|HTTP {status}"
+
+
+@fault("exposure", "a keyed viewer asked without its key")
+def _view_keyless() -> str:
+    client = _client(api_key="k3y", hosts=None, base_url="http://10.0.0.5")
+    codes = [client.get(p).status_code for p in ("/api/runs", "/", "/api/run/0/episodes")]
+    return "handled|401 everywhere" if set(codes) == {401} else f"silently wrong|{codes}"
+
+
+@fault("exposure", "ap-gym serve --api-key: /docs and /openapi.json without the key")
+def _serve_docs() -> str:
+    from fastapi.testclient import TestClient
+
+    from ap_gym.backbones import make_backbone
+    from ap_gym.backbones.server import build_app
+    from ap_gym.backbones.serving import PromptScorer
+
+    client = TestClient(build_app(PromptScorer(make_backbone("tiny")), "tiny", api_key="k3y"))
+    codes = [client.get(p).status_code for p in ("/docs", "/openapi.json", "/v1/models")]
+    return "handled|401" if set(codes) == {401} else f"silently wrong|{codes}"
+
+
+@fault("exposure", "$OPENAI_API_KEY and a plain-http server on another host")
+def _key_in_clear() -> str:
+    import os
+    import warnings
+
+    from ap_gym.backbones import OpenAIBackbone
+
+    os.environ["OPENAI_API_KEY"] = "sk-faults"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            client = OpenAIBackbone("http://203.0.113.9:8000/v1", "m")
+    finally:
+        del os.environ["OPENAI_API_KEY"]
+    sent = "authorization" in client._client.headers
+    return "silently wrong|the key would be sent" if sent else "handled|not sent, with a warning"
+
+
+@fault("exposure", "ap-gym serve bound to 127.0.0.2 (loopback)")
+def _serve_loopback_2() -> str:
+    from ap_gym.net import is_loopback
+
+    return "handled|loopback" if is_loopback("127.0.0.2") else "crash|refused as beyond this machine"
+
+
+@fault("exposure", "ap-gym view --static into a directory that is not a bundle")
+def _static_overwrite() -> str:
+    from ap_gym.view import write_static
+
+    site = TMP / "site"
+    (site / "data").mkdir(parents=True)
+    (site / "index.html").write_text("mine")
+    (site / "data" / "precious.csv").write_text("1,2")
+    try:
+        write_static([_view_run()], site)
+    except FileExistsError as e:
+        intact = (site / "index.html").read_text() == "mine" and (site / "data" / "precious.csv").exists()
+        return f"clear error|{str(e)[:90]}" if intact else "data loss|refused, but after touching the files"
+    return "data loss|wrote over it"
+
+
+@fault("substitutions", "a backbone label with an empty URL")
+def _empty_url() -> str:
+    from ap_gym.protocol import RunConfig
+
+    RunConfig.from_dict(_config(backbones={"paper-model": ""}))
+    return "silently wrong|accepted"
+
+
+@fault("substitutions", "a second registration of an existing policy name")
+def _second_registration() -> str:
+    from ap_gym.policies import BasePolicy, register_policy
+
+    class Impostor(BasePolicy):
+        def act(self, observation: str, info: Any) -> str:
+            return "look"
+
+    try:
+        register_policy("no_memory")(Impostor)
+    except ValueError as e:
+        return f"clear error|{str(e)[:90]}"
+    return "silently wrong|replaced no_memory"
+
+
+class _BadEmbedder:
+    identity = "bad"
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.rows, self.dim = rows, 4
+
+    def embed(self, texts: Any) -> np.ndarray:
+        return np.repeat(self.rows[None, :], len(texts), axis=0)
+
+
+for _name, _rows in [("an embedder returning NaN vectors", np.array([np.nan, 0, 0, 1], np.float32)),
+                     ("an embedder returning the wrong dimension", np.ones(7, np.float32))]:
+    def _bad_embeddings(rows: np.ndarray = _rows) -> str:
+        from ap_gym.backbones.embedders import checked_vectors
+        from ap_gym.memory import Memory
+
+        checked_vectors(np.asarray(_BadEmbedder(rows).embed(["x"])), 4, "bad embedder")
+        memory = Memory(TMP / f"emb_{abs(hash(rows.tobytes()))}.sqlite", _BadEmbedder(rows), seed=0)
+        memory.embed_task("do it", "a room")
+        return "silently wrong|accepted"
+
+    fault("substitutions", _name)(_bad_embeddings)
+
+
+@fault("substitutions", "a frozen-skills file edited between a kill and the resume", 300)
+def _edited_skills() -> str:
+    from ap_gym.protocol import RunConfig, run
+
+    skills = TMP / "skills.txt"
+    skills.write_text("Look before you act.\n")
+    cfg = _config(benchmarks=["shop"], out=str(TMP / "frozen"), heldout=1, train_per_iter=1, max_steps=2,
+                  policies=[{"name": "anti_persistence", "options": {
+                      "frozen_abstractions": str(skills), "agent": {"action_mode": "generate",
+                                                                   "generation": {"max_new_tokens": 3}},
+                      "memory": {"synthesis": {"max_new_tokens": 4}}}}])
+    run(RunConfig.from_dict(cfg), progress=False)
+    skills.write_text("Buy the first thing you see.\n")
+    run(RunConfig.from_dict(cfg), progress=False)
+    return "silently wrong|resumed with other skills"
+
+
+@fault("substitutions", "a damaged config.json on resume")
+def _damaged_config() -> str:
+    from ap_gym.protocol import RunConfig, run
+
+    run_dir = _view_run()
+    saved = (run_dir / "config.json").read_text()
+    (run_dir / "config.json").write_text("{half")
+    try:
+        cfg = RunConfig.from_dict(json.loads(saved)["config"])
+        run(cfg, progress=False)
+    except APGymError as e:
+        named = "damaged" in str(e)
+        return f"clear error|{str(e)[:90]}" if named else f"silently wrong|{str(e)[:90]}"
+    finally:
+        (run_dir / "config.json").write_text(saved)
+    return "silently wrong|resumed over it"
+
+
+# --------------------------------------------------------------- served: the cause named
+class _Scripted:
+    """Answers every request with one canned response: (status, headers, body), or None
+    (the connection closed without an answer)."""
+
+    def __init__(self, responses: list[Any]) -> None:
+        self.responses = list(responses)
+        self.times: list[float] = []
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):
+                conn.recv(65536)
+                self.times.append(time.monotonic())
+                answer = self.responses.pop(0) if len(self.responses) > 1 else self.responses[0]
+                if answer is None:
+                    continue
+                status, headers, body = answer
+                body = body if isinstance(body, bytes) else json.dumps(body).encode()
+                extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+                conn.sendall(f"HTTP/1.1 {status} X\r\nContent-Length: {len(body)}\r\nConnection: close\r\n"
+                             f"{extra}\r\n".encode() + body)
+
+
+_MODELS = (200, {}, {"data": [{"id": "m"}]})
+for _name, _answer in [("bad JSON", (200, {}, b"{oops")), ("an empty body", (200, {}, b"")),
+                       ("HTTP 400", (400, {}, {"error": "bad"})), ("HTTP 429", (429, {}, {"error": "slow"})),
+                       ("HTTP 500", (500, {}, {"error": "boom"})), ("closed mid-response", None),
+                       ("string token ids", (200, {}, {"tokens": "abc"})),
+                       ("the wrong shape", (200, {}, {"choices": 3}))]:
+    def _probe_names_it(answer: Any = _answer, name: str = _name) -> str:
+        from ap_gym.backbones import OpenAIBackbone
+
+        server = _Scripted([_MODELS, _MODELS, answer])
+        client = OpenAIBackbone(server.url, retries=0, backoff_s=0.01, check_deadline_s=2)
+        try:
+            client.check(scoring=True)
+        except APGymError as e:
+            text = str(e)
+            generic = "what it answered: no answer" in text
+            return f"silently wrong|{text[:90]}" if generic else f"clear error|{text[:110]}"
+        return "silently wrong|accepted"
+
+    fault("served", f"the scoring probe against {_name}", 30)(_probe_names_it)
+
+
+@fault("served", "Retry-After: 2 on a 429", 30)
+def _retry_after() -> str:
+    from ap_gym.backbones import OpenAIBackbone
+
+    server = _Scripted([(429, {"Retry-After": "2"}, {"error": "slow"}), _MODELS])
+    OpenAIBackbone(server.url, retries=2, backoff_s=0.01)
+    waited = server.times[1] - server.times[0]
+    return f"handled|waited {waited:.1f} s" if waited >= 1.8 else f"silently wrong|retried after {waited:.2f} s"
+
+
+@fault("served", "an outage during the start-up probe, then the server back", 30)
+def _outage_then_back() -> str:
+    from ap_gym.backbones import OpenAIBackbone
+
+    tokens = (200, {}, {"tokens": [5, 6]})
+    logprobs = (200, {}, {"choices": [{"index": 0, "prompt_logprobs": [None, {"6": {"logprob": -1.0}},
+                                                                          {"5": {"logprob": -2.0}},
+                                                                          {"6": {"logprob": -0.5}}]}]})
+    server = _Scripted([_MODELS, _MODELS, None, None, _MODELS, tokens, logprobs])
+    client = OpenAIBackbone(server.url, retries=1, backoff_s=0.01, check_deadline_s=2)
+    with contextlib.suppress(APGymError):
+        client.check(scoring=True)
+    method = client.check(scoring=True)["scoring"]
+    return "handled|probed again once back" if method else "silently wrong|kept 'cannot score'"
+
+
+@fault("served", "NaN log-probabilities from a server", 30)
+def _nan_scores() -> str:
+    from ap_gym.backbones import OpenAIBackbone
+
+    tokens = (200, {}, {"tokens": [5]})
+    nan = (200, {}, b'{"choices": [{"index": 0, "prompt_logprobs": [null, {"5": {"logprob": NaN}}]}]}')
+    server = _Scripted([_MODELS, tokens, tokens, nan])
+    client = OpenAIBackbone(server.url, retries=0, backoff_s=0.01)
+    client._scoring = "prompt_logprobs"
+    client.score([{"role": "user", "content": "x"}], ["look"])
+    return "silently wrong|scored NaN"
+
+
+# ---------------------------------------------------------------- bad input, hangs
+@fault("viewer", "damaged episode lines (no benchmark, a string seed, policy_info a list)")
+def _view_damaged_lines() -> str:
+    run_dir = TMP / "view_damaged"
+    shutil.copytree(_view_run(), run_dir, ignore=shutil.ignore_patterns(".view"))
+    episodes = next(run_dir.rglob("episodes.jsonl"))
+    first = json.loads(episodes.read_text().splitlines()[0])
+    bad = [{k: v for k, v in first.items() if k != "benchmark"}, {**first, "seed": "x"},
+           {**first, "policy_info": [1]}, {**first, "usage": "lots"}]
+    episodes.write_text(episodes.read_text() + "".join(json.dumps(b) + "\n" for b in bad))
+    from fastapi.testclient import TestClient
+
+    from ap_gym.view import Viewer, create_app
+
+    client = TestClient(create_app(Viewer([run_dir])), base_url="http://127.0.0.1")
+    rows = client.get("/api/run/0/episodes", params={"per_page": 1000}).json()["rows"]
+    codes = {client.get(f"/api/run/0/episode/{r['id']}").status_code for r in rows}
+    return "handled|shown without the damaged lines" if codes == {200} else f"crash|{codes}"
+
+
+@fault("viewer", "a huge page number and episode id")
+def _view_huge() -> str:
+    client = _client()
+    codes = [client.get(p).status_code for p in ("/api/run/0/episodes?page=99999999999999999999",
+                                                 f"/api/run/0/episode/{10**30}")]
+    return f"clear error|HTTP {codes}" if all(400 <= c < 500 for c in codes) else f"crash|HTTP {codes}"
+
+
+@fault("envs", "reset(options='task') on every env", 120)
+def _string_options() -> str:
+    import gymnasium as gym
+
+    refused = 0
+    for env_id in ("ap_gym/Shop-v0", "ap_gym/TextWorld-v0", "ap_gym/ScienceWorld-v0", "ap_gym/ALFWorld-v0"):
+        env = gym.make(env_id)
+        try:
+            env.reset(options="task")  # type: ignore[arg-type]
+        except TypeError as e:
+            refused += "reset options are a dict" in str(e)
+        finally:
+            env.close()
+    return "clear error|TypeError naming the form" if refused == 4 else f"crash|{refused}/4 refused clearly"
+
+
+@fault("envs", "a valid reset and step after a reset that raised")
+def _step_after_failed_reset() -> str:
+    import gymnasium as gym
+
+    env = gym.make("ap_gym/Shop-v0", split="test")
+    with contextlib.suppress(APGymError):
+        env.reset(options={"task_id": "nope/1"})
+    env.reset(seed=0)
+    env.step("search[shirt]")
+    env.close()
+    return "handled|stepped"
+
+
+@fault("stores", "a schema_version that is no number")
+def _schema_not_a_number() -> str:
+    from ap_gym.memory import MemoryDB
+
+    db = MemoryDB(TMP / "schema.sqlite", embedding_dim=3)
+    db.set_meta("schema_version", "two")
+    db.close()
+    MemoryDB(TMP / "schema.sqlite", embedding_dim=3)
+    return "crash|opened"
+
+
+@fault("configs", "a policy option of the wrong type")
+def _option_type() -> str:
+    from ap_gym.protocol import RunConfig
+
+    RunConfig.from_dict(_config(policies=[{"name": "no_memory", "options": {"agent": {"history_window": "many"}}}]))
+    return "crash|accepted"
+
+
+@fault("backbones", "generate max_new_tokens=1000000 on the tiny model", 60)
+def _huge_generation() -> str:
+    from ap_gym.backbones import TransformersBackbone
+    from ap_gym.backbones.base import GenerationConfig
+    from ap_gym.backbones.tiny import tiny_llama
+
+    model, tokenizer = tiny_llama()
+    backbone = TransformersBackbone(model, tokenizer=tokenizer, max_generate_s=5)
+    backbone._eos = set()  # a model that never ends: only the context and the deadline stop it
+    out = backbone.generate([{"role": "user", "content": "hi"}], GenerationConfig(max_new_tokens=1_000_000))
+    return f"handled|{out.completion_tokens} tokens, {out.finish_reason}"
+
+
+@fault("server", "a body of 50 MB", 60)
+def _huge_body() -> str:
+    response = httpx.post(_serve() + "/chat/completions", content=b'{"messages": "' + b"x" * (50 << 20) + b'"}',
+                          headers={"content-type": "application/json"}, timeout=50)
+    return f"clear error|HTTP {response.status_code}" if response.status_code == 413 else \
+        f"crash|HTTP {response.status_code}"
+
+
+@fault("server", "a body sent one byte a second", 60)
+def _drip_body() -> str:
+    host, port = _serve().split("//")[1].split("/")[0].split(":")
+    t = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=50) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+        answer = b""
+        with contextlib.suppress(OSError):
+            for _ in range(45):
+                s.sendall(b" ")
+                s.settimeout(1.0)
+                with contextlib.suppress(TimeoutError, socket.timeout):
+                    answer = s.recv(4096)
+                if answer:
+                    break
+    took = time.monotonic() - t
+    ok = answer.startswith(b"HTTP/1.1 408") and took < 10
+    return f"clear error|408 after {took:.0f} s" if ok else f"hang|{answer[:30]!r} after {took:.0f} s"
+
+
+@fault("server", "prompt_logprobs with negative and out-of-vocabulary token ids")
+def _bad_token_ids() -> str:
+    codes = [httpx.post(_serve() + "/completions", json={"prompt": [ids], "max_tokens": 1, "prompt_logprobs": 0},
+                        timeout=30).status_code for ids in ([-1, 2], [10**9, 2])]
+    return f"clear error|HTTP {codes}" if all(400 <= c < 500 for c in codes) else f"crash|HTTP {codes}"
+
+
+@fault("envs", "a killed TextWorld engine (a native crash)", 120)
+def _textworld_engine_killed() -> str:
+    return _engine_fault("ap_gym/TextWorld-v0", lambda e: e._engine.pid, "look", "killed")
+
+
+@fault("envs", "ScienceWorld's JVM heap", 120)
+def _jvm_heap() -> str:
+    import gymnasium as gym
+
+    env = gym.make("ap_gym/ScienceWorld-v0", split="test")
+    try:
+        env.reset(seed=0)
+        args = env.unwrapped._engine._gateway.java_process.args
+    finally:
+        env.close()
+    heap = [a for a in args if str(a).startswith("-Xmx")]
+    return f"handled|{heap[0]}" if heap else "silently wrong|no heap limit"
+
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._bench import emit  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="one category (configs, stores, results, backbones, server, envs, runs)")
+    parser.add_argument("--only", help="one category (configs, stores, results, backbones, server, envs, runs, "
+                        "exposure, substitutions, served, viewer)")
     parser.add_argument("--json", help="also write every outcome here")
     args = parser.parse_args()
     outcomes = [attempt(c, n, fn, limit) for c, n, fn, limit in FAULTS if not args.only or c == args.only]
     tally = Counter(o.outcome for o in outcomes)
     lines = [f"Tried {len(outcomes)}: handled {tally['handled']}, clear error {tally['clear error']}, crash "
-             f"{tally['crash']}, hang {tally['hang']}, data loss {tally['data loss']}. Target: 0 crashes, 0 hangs, "
-             "0 data loss.", "", "| category | tried | handled | clear error | crash | hang | data loss |",
-             "|---|---|---|---|---|---|---|"]
+             f"{tally['crash']}, hang {tally['hang']}, data loss {tally['data loss']}, silently wrong "
+             f"{tally['silently wrong']}. Target: 0 crashes, 0 hangs, 0 data loss, 0 silently wrong.", "",
+             "| category | tried | handled | clear error | crash | hang | data loss | silently wrong |",
+             "|---|---|---|---|---|---|---|---|"]
     for category in sorted({o.category for o in outcomes}):
         c = Counter(o.outcome for o in outcomes if o.category == category)
         lines.append(f"| {category} | {sum(c.values())} | {c['handled']} | {c['clear error']} | {c['crash']} | "
-                     f"{c['hang']} | {c['data loss']} |")
-    bad = [o for o in outcomes if o.outcome in ("crash", "hang", "data loss")]
+                     f"{c['hang']} | {c['data loss']} | {c['silently wrong']} |")
+    bad = [o for o in outcomes if o.outcome in ("crash", "hang", "data loss", "silently wrong")]
     if bad:
         lines += ["", "Not handled:", "", *(f"- {o.category}: {o.name}: {o.outcome}: {o.detail}" for o in bad)]
     lines += ["", "Every fault and its outcome:", "", "| category | fault | outcome | seconds |", "|---|---|---|---|"]

@@ -204,7 +204,12 @@ class MemoryDB:
             )
         if self.meta("app") != APP_ID:
             raise StoreError(f"{self.path} belongs to {self.meta('app')!r}, not ap-gym; use another path")
-        version = int(self.meta("schema_version") or 0)
+        try:
+            version = int(self.meta("schema_version") or 0)
+        except (TypeError, ValueError):
+            raise StoreError(f"{self.path} is damaged: its schema_version is {self.meta('schema_version')!r}, not a "
+                             "number. Restore the file from a copy (a run's snapshots hold one per iteration); "
+                             "it was not modified") from None
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path} was written by a newer ap-gym (schema {version} > {SCHEMA_VERSION}). "

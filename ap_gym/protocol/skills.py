@@ -53,10 +53,16 @@ def _setting_skills(directory: Path, active_only: bool) -> dict[str, Any]:
     stored = [a for a in load_abstractions(directory) if a.active or not active_only]
     vectors = load_abstraction_vectors(directory, [a.id for a in stored])
     good, _ = read_lines(directory / "episodes.jsonl")
-    filtered = [{"text": item["text"] if isinstance(item, dict) else str(item), "iteration": x["iteration"],
-                 "task_id": x["task_id"]}
-                for x in good if x["phase"] == "train"
-                for item in (x.get("policy_info") or {}).get("rejected_abstractions", [])]
+    filtered = []
+    for x in good:  # a damaged line's policy_info or entries are skipped, never a crash
+        info = x.get("policy_info")
+        rejected = info.get("rejected_abstractions") if isinstance(info, dict) else None
+        if x.get("phase") != "train" or not isinstance(rejected, list):
+            continue
+        for item in rejected:
+            text = item.get("text") if isinstance(item, dict) else item
+            if isinstance(text, str) and text.strip():
+                filtered.append({"text": text, "iteration": x.get("iteration"), "task_id": x.get("task_id")})
     return {"admitted": [{"text": a.text, "id": a.id, "kind": a.kind, "iteration": a.iteration, "active": a.active,
                           "sources": a.sources, "parents": a.parents,
                           "embedding": [round(float(x), 6) for x in vectors.get(a.id, [])]} for a in stored],

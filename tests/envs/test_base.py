@@ -87,3 +87,17 @@ def test_a_score_that_is_not_a_finite_number_is_an_infrastructure_failure(bad):
     assert ep.termination is Termination.INFRA and "finite number" in ep.error
     assert ap_gym.run_episode(Counter(), RandomPolicy(seed=0), task_id="c/1", max_steps=5).termination \
         is not Termination.INFRA  # the next episode simply runs
+
+
+def test_a_registered_env_steps_after_a_first_reset_that_raised():
+    """Gymnasium's passive checker (which ap-gym's registrations leave out) broke the first
+    step after a first reset that raised: 'cannot unpack non-iterable NoneType object'."""
+    env = gym.make("ap_gym/Shop-v0", split="test")
+    with pytest.raises(UnknownTaskError):
+        env.reset(options={"task_id": "nope/1"})
+    with pytest.raises(gym.error.ResetNeeded):
+        env.step("search[x]")
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step("search[shirt]")
+    assert isinstance(obs, str) and not truncated
+    env.close()

@@ -106,6 +106,17 @@ def test_newer_schema_is_refused_and_data_kept(tmp_path):
     assert conn.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 1
 
 
+def test_a_schema_version_that_is_no_number_is_named_as_damage(tmp_path):
+    path = tmp_path / "m.sqlite"
+    db = MemoryDB(path, embedding_dim=3)
+    add_record(TrajectoryStore(db))
+    db.set_meta("schema_version", "two")
+    db.close()
+    with pytest.raises(StoreError, match="damaged: its schema_version is 'two'"):
+        MemoryDB(path, embedding_dim=3)
+    assert sqlite3.connect(path).execute("SELECT count(*) FROM trajectories").fetchone()[0] == 1
+
+
 def test_wrong_embedding_dimension(tmp_path):
     path = tmp_path / "m.sqlite"
     db = MemoryDB(path, embedding_dim=3, embedder="mini")

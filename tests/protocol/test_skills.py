@@ -108,3 +108,21 @@ def test_frozen_skills_run_end_to_end_per_backbone_and_seed(tmp_path):
     for x in evals:
         own = f"Skill of shop/{x['backbone']}/abstraction_filtered/seed{x['seed']}."
         assert own in x["policy_info"]["guidance"], (own, x["policy_info"]["guidance"][:200])
+
+
+def test_export_skips_damaged_rejections(tmp_path):
+    """A rejected abstraction without text, or policy_info that is a list, is left out of
+    filtered_out (never a crash); a well-formed rejection is kept."""
+    from tests.helpers import synthetic_run
+
+    run_dir = synthetic_run(tmp_path, "r", {"filtered": [True, False]})
+    episodes = next(run_dir.rglob("episodes.jsonl"))
+    base = json.loads(episodes.read_text().splitlines()[0])
+    lines = []
+    for info in ({"rejected_abstractions": [{"kind": "rule"}, {"text": ""}, {"text": "Keep me."}, 7]}, [1, 2],
+                 {"rejected_abstractions": "not a list"}):
+        lines.append(json.dumps({**base, "phase": "train", "policy_info": info}))
+    episodes.write_text(episodes.read_text() + "\n".join(lines) + "\n")
+    data = export_skills(run_dir, "filtered", tmp_path / "s.json")
+    (entry,) = data["settings"].values()
+    assert [f["text"] for f in entry["filtered_out"]] == ["Keep me."]
