@@ -134,6 +134,8 @@ class Step:
     ``choose``, a sampled generation): what a policy-gradient trainer needs.
     ``messages`` is the chat the backbone saw, when the agent records it
     (``AgentConfig.record_messages``); ``prompt`` is always its readable transcript.
+    ``seconds`` is the step's wall time: from the previous observation to this one (the
+    policy's decision and the env's step).
     """
 
     action: str
@@ -148,9 +150,10 @@ class Step:
     reduction: str | None = None
     logprob: float | None = None
     messages: tuple[Mapping[str, str], ...] | None = None
+    seconds: float | None = None
 
-    #: Fields a step carries only when its policy set them (omitted from JSON otherwise).
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("candidates", "reduction", "logprob", "messages")
+    #: Fields a step carries only when they were set (omitted from JSON otherwise).
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("candidates", "reduction", "logprob", "messages", "seconds")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

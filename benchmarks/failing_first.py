@@ -118,6 +118,36 @@ FIXES = (
         "tests/test_cli.py::test_a_hung_model_server_fails_the_run_at_start_within_its_deadline")),
     Fix("7, 12", "a server with its default limits", "acac517", "fc3e21d", (
         "tests/backbones/test_server.py::test_a_server_with_its_default_limits_answers_bad_chat_requests_400",)),
+    # Issue 29: the package before this session's changes, the tests of the training commit.
+    Fix("29", "a plain script on an empty cache; async vector envs", "dad7b4c", "2e3a325", (
+        "tests/test_readme.py::test_ten_lines_runs_as_a_plain_script_on_an_empty_cache",
+        "tests/test_vector.py::test_async_gives_the_same_observations_as_sync",
+        "tests/test_vector.py::test_textworld_async_equals_sync",
+        "tests/test_readme.py::test_the_vault_gives_admissible_commands_on_every_step")),
+    # Issue 32: each commit's tests against its parent.
+    Fix("32", "exposure, substitutions, bad input, engines, orphans", "54a2384^", "54a2384", (
+        "tests/view/test_index.py::test_the_viewer_answers_only_its_own_host_name",
+        "tests/view/test_index.py::test_static_never_overwrites_a_directory_it_did_not_write",
+        "tests/view/test_index.py::test_a_damaged_run_is_shown_without_its_damaged_lines",
+        "tests/view/test_index.py::test_a_damaged_config_json_is_named_as_damaged",
+        "tests/view/test_index.py::test_the_api_answers_and_refuses_clearly",
+        "tests/backbones/test_openai.py::test_the_scoring_probe_names_what_the_server_answered",
+        "tests/backbones/test_openai.py::test_an_outage_during_the_probe_is_not_taken_for_a_verdict",
+        "tests/backbones/test_openai.py::test_nan_scores_from_a_server_are_an_infrastructure_failure",
+        "tests/backbones/test_openai.py::test_a_key_goes_only_to_https_or_loopback",
+        "tests/backbones/test_openai.py::test_retry_after_is_honoured_and_capped",
+        "tests/backbones/test_trainable.py::test_generate_stays_inside_the_context_and_its_deadline",
+        "tests/backbones/test_trainable.py::test_nan_scores_are_an_infrastructure_failure_of_the_step",
+        "tests/protocol/test_loop.py::test_run_writes_results_and_refuses_a_changed_config",
+        "tests/envs/test_textworld.py::test_a_native_crash_of_the_engine_is_contained",
+        "tests/envs/test_scienceworld.py::test_the_jvm_runs_with_a_heap_limit",
+        "tests/envs/test_scienceworld.py::test_a_jvm_that_never_starts_is_killed_at_the_launch_deadline",
+        "tests/protocol/test_skills.py::test_judge_filters_with_its_own_backbone_and_skills_feed_the_frozen_layer",
+        "tests/protocol/test_orphans.py::test_a_finished_or_killed_run_with_two_workers_leaves_no_orphans")),
+    Fix("32", "a failed first reset, a damaged schema_version, damaged rejections", "d5d29a3^", "d5d29a3", (
+        "tests/envs/test_base.py::test_a_registered_env_steps_after_a_first_reset_that_raised",
+        "tests/memory/test_store.py::test_a_schema_version_that_is_no_number_is_named_as_damage",
+        "tests/protocol/test_skills.py::test_export_skips_damaged_rejections")),
 )
 
 API_ABSENT = re.compile(

@@ -58,12 +58,16 @@ def machine() -> str:
 
 
 class Side:
-    """One configuration: a backbone URL, an action mode, a lane count."""
+    """One configuration: a backbone URL, an action mode (and how ``choose`` chooses), a
+    lane count, a benchmark."""
 
-    def __init__(self, name: str, url: str, mode: str, lanes: int, tasks: list[str], max_steps: int) -> None:
-        self.name, self.tasks = name, tasks
+    def __init__(self, name: str, url: str, mode: str, lanes: int, tasks: list[str], max_steps: int,
+                 benchmark: str = "textworld", choose_method: str = "score") -> None:
+        self.name, self.tasks, self.benchmark = name, tasks, benchmark
+        agent = {"action_mode": mode, "choose_method": choose_method}
         self.config = RunConfig.from_dict({
-            "backbone": url, "policies": [{"name": "no_memory", "options": {"agent": {"action_mode": mode}}}],
+            "backbone": url, "benchmarks": [benchmark],
+            "policies": [{"name": "no_memory", "options": {"agent": agent}}],
             "max_steps": max_steps, "lanes": lanes, "workers": 1, "retries": 0, "out": tempfile.mkdtemp()})
         self.times: list[float] = []
         self.steps = 0
@@ -71,8 +75,8 @@ class Side:
 
     def play(self, timed: bool = True) -> None:
         runner = Runner(self.config)
-        setting = Setting("textworld", self.config.policies[0], 0)
-        env = make_env(self.config, "textworld")
+        setting = Setting(self.benchmark, self.config.policies[0], 0)
+        env = make_env(self.config, self.benchmark)
         policy = build_policy(setting.policy, self.config, Path(self.config.out) / "m.sqlite", 0, runner.resources)
         try:
             t = time.perf_counter()
@@ -110,6 +114,49 @@ def abba(a: Side, b: Side, repeat: int) -> None:
             side.play()
 
 
+def _choice_methods(vllm: str, args: Any, tw_tasks: list[str]) -> list[tuple[str, Side, Side, Side]]:
+    """``choose`` against vLLM by prompt-logprob scoring and by a constrained generation,
+    and ``react``, on the same tasks of TextWorld and ScienceWorld (ABBA for the two
+    choose methods; react once after its warm-up)."""
+    probe = make_env(RunConfig(max_steps=args.sw_steps, benchmarks=["scienceworld"]), "scienceworld")
+    sw_tasks = heldout_subset(probe.unwrapped.task_ids("test"), args.sw_tasks)
+    probe.close()
+    out = []
+    for bench, tasks, steps in (("textworld", tw_tasks, args.max_steps), ("scienceworld", sw_tasks, args.sw_steps)):
+        scored = Side(f"{bench}: choose, scored (prompt_logprobs)", vllm, "choose", 1, tasks, steps, bench, "score")
+        constrained = Side(f"{bench}: choose, constrained (structured choice)", vllm, "choose", 1, tasks, steps,
+                           bench, "constrained")
+        abba(scored, constrained, args.repeat)
+        react = Side(f"{bench}: react", vllm, "react", 1, tasks, steps, bench)
+        react.play(timed=False)
+        react.play()
+        out.append((bench, scored, constrained, react))
+    return out
+
+
+def _method_lines(methods: list[tuple[str, Side, Side, Side]], figures: dict[str, Any]) -> list[str]:
+    lines = ["### How `choose` chooses against vLLM", "",
+             "The no-memory agent on held-out tasks against vLLM (SmolLM2): `choose` scoring every admissible "
+             "command (`/tokenize` + `prompt_logprobs`: a full prefill per candidate, vLLM's prefix cache off) "
+             "against one generation constrained to the commands (`structured_outputs: {choice}`, over the prefix "
+             "cache), ABBA after a warm-up; `react` once after its warm-up. Median (min-max) s/step.", "",
+             "| benchmark | tasks | steps | scored | constrained | scored / constrained | react | "
+             "same actions |", "|---|---|---|---|---|---|---|---|"]
+    for bench, scored, constrained, react in methods:
+        ratio = [a / b for a, b in zip(scored.per_step, constrained.per_step, strict=True)]
+        same = sum(a == b for (_, x), (_, y) in zip(scored.episodes, constrained.episodes, strict=True)
+                   for a, b in zip(x, y, strict=False))
+        total = sum(min(len(x), len(y)) for (_, x), (_, y) in zip(scored.episodes, constrained.episodes, strict=True))
+        lines.append(f"| {bench} | {len(scored.tasks)} | {scored.steps}/{constrained.steps} | {spread(scored.per_step)} | "
+                     f"{spread(constrained.per_step)} | {spread(ratio, '{:.1f}')}x | {spread(react.per_step)} | "
+                     f"{same}/{total} |")
+        figures[f"{bench}_choose"] = {"scored": scored.per_step, "constrained": constrained.per_step,
+                                      "react": react.per_step, "same_actions": [same, total]}
+    return lines + ["", "Constrained choice is greedy decoding under the constraint: it can pick another command "
+                    "than the best-scored one (the paper's rule); 'same actions' counts the steps where both chose "
+                    "alike until the episodes part.", ""]
+
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._bench import emit  # noqa: E402
 
@@ -120,7 +167,9 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--lane-tasks", type=int, default=8, help="tasks for 1 lane against 4 (at least 4)")
-    parser.add_argument("--only", choices=["choose", "lanes"], help="one comparison only")
+    parser.add_argument("--only", choices=["choose", "lanes", "methods"], help="one comparison only")
+    parser.add_argument("--sw-tasks", type=int, default=1, help="ScienceWorld tasks for the choice methods")
+    parser.add_argument("--sw-steps", type=int, default=3, help="ScienceWorld steps for the choice methods")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     print(f"machine: {machine()}\n")
@@ -135,8 +184,11 @@ def main() -> None:
     figures: dict[str, Any] = {"machine": machine(), "tasks": len(tasks), "max_steps": args.max_steps,
                                "repeat": args.repeat}
     sides: list[Side] = []
+    methods: list[tuple[str, Side, Side, Side]] = []
     with VLLMServer(model, vllm_python(ROOT), log=Path(tempfile.mkdtemp()) / "vllm.log") as vllm:
-        if args.only != "lanes":
+        if args.only in (None, "methods"):
+            methods = _choice_methods(vllm, args, tasks)
+        if args.only in (None, "choose"):
             serve = BackboneServer(TransformersBackbone(), port=0, model_name="smollm2").start()
             try:
                 choose_v = Side("vLLM choose", vllm, "choose", 1, tasks, args.max_steps)
@@ -148,27 +200,28 @@ def main() -> None:
                 sides += [choose_v, choose_s, react_v, react_s]
             finally:
                 serve.stop()
-        if args.only != "choose":
+        if args.only in (None, "lanes"):
             react_1 = Side("vLLM react, 1 lane", vllm, "react", 1, lane_tasks, args.max_steps)
             react_4 = Side("vLLM react, 4 lanes", vllm, "react", 4, lane_tasks, args.max_steps)
             abba(react_1, react_4, args.repeat)
             sides += [react_1, react_4]
-    lines = [f"TextWorld held-out tasks, at most {args.max_steps} steps, no-memory agent, {args.repeat} x ABBA after "
-             "a warm-up pass of each side, median (min-max).", "",
-             "| configuration | tasks | steps | s/step | episodes/min |", "|---|---|---|---|---|"]
+    lines = _method_lines(methods, figures) if methods else []
+    lines += [f"TextWorld held-out tasks, at most {args.max_steps} steps, no-memory agent, {args.repeat} x ABBA after "
+              "a warm-up pass of each side, median (min-max).", "",
+              "| configuration | tasks | steps | s/step | episodes/min |", "|---|---|---|---|---|"] if sides else []
     for side in sides:
         lines.append(f"| {side.name} | {len(side.tasks)} | {side.steps} | {spread(side.per_step)} | "
                      f"{spread(side.per_minute, '{:.1f}')} |")
         figures[side.name] = {"tasks": len(side.tasks), "steps": side.steps, "seconds_per_step": side.per_step,
                               "episodes_per_min": side.per_minute}
     lines.append("")
-    if args.only != "lanes":
+    if args.only in (None, "choose"):
         for mode, (v, s) in {"choose": (choose_v, choose_s), "react": (react_v, react_s)}.items():
             ratio = [a / b for a, b in zip(v.per_step, s.per_step, strict=True)]
             figures[f"{mode}_vllm_over_serve"] = ratio
             lines.append(f"- {mode}, vLLM / ap-gym serve time per step: **{spread(ratio, '{:.2f}')}x** "
                          f"(same episodes: {v.episodes == s.episodes})")
-    if args.only != "choose":
+    if args.only in (None, "lanes"):
         lanes = [f / o for f, o in zip(react_4.per_minute, react_1.per_minute, strict=True)]
         figures["lanes_4_over_1"] = lanes
         lines.append(f"- react against vLLM, 4 lanes / 1 lane episodes per minute: **{spread(lanes, '{:.2f}')}x** "

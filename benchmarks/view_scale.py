@@ -10,7 +10,12 @@ short prompts) and times, in Debian's Chromium through Playwright:
   table shown (index build included);
 * **first page, warm**: the same with the index already built (every later open);
 * **episodes page**: from the Runs page to the first page of a filtered episode list;
-* **open an episode**: from the list to its timeline.
+* **open an episode**: from the list to its timeline;
+* **search index ready**: from starting ``ap-gym view`` with no search index to the
+  background thread having read every episode (the first page never waits for it);
+* **a search**: from submitting a query in the page to its hits shown (index ready);
+* **static bundle**: ``ap-gym view --static`` of the run: files written, time to write, and
+  from opening ``index.html`` from disk to the settings table, and to an episode.
 
 Each is repeated ``--repeats`` times (median, min-max). The run is synthetic: its sizes,
 not its contents, are what the viewer's speed depends on.
@@ -96,6 +101,53 @@ def open_page(browser, url: str, started: float) -> dict[str, float]:
     return out
 
 
+def search_times(browser, url: str, started: float) -> dict[str, float]:
+    import httpx
+
+    out = {}
+    while True:
+        status = httpx.get(url + "api/run/0/status", timeout=60).json()
+        if status["search"] and status["search"]["ready"]:
+            break
+        time.sleep(0.5)
+    out["search index ready"] = time.perf_counter() - started
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url + "#/runs")
+    page.wait_for_selector("#settings-table tbody tr")
+    t = time.perf_counter()
+    page.fill("#search-box", "results for item 7")
+    page.press("#search-box", "Enter")
+    page.wait_for_selector("#search-hits li")
+    out["a search (in the page)"] = time.perf_counter() - t
+    page.close()
+    return out
+
+
+def static_times(browser, run: Path, root: Path) -> dict[str, float]:
+    from ap_gym.view import write_static
+
+    t = time.perf_counter()
+    index = write_static([run], root / "bundle")
+    out = {"static bundle: write": time.perf_counter() - t,
+           "static bundle: files": float(sum(1 for p in (root / "bundle").rglob("*") if p.is_file()))}
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    t = time.perf_counter()
+    page.goto(index.as_uri() + "#/runs")
+    page.wait_for_selector("#settings-table tbody tr", timeout=600_000)
+    out["static bundle: first page from disk"] = time.perf_counter() - t
+    page.goto(index.as_uri() + "#/episodes?phase=eval&policy=anti_persistence&seed=3")
+    page.wait_for_selector("#episodes-table tbody tr", timeout=600_000)
+    row = page.locator("#episodes-table tbody tr").nth(7)
+    ident = row.get_attribute("data-episode-id")
+    t = time.perf_counter()
+    row.click()
+    page.wait_for_selector(f"#view-episode[data-episode-id='{ident}'] .step", timeout=600_000)
+    out["static bundle: open an episode"] = time.perf_counter() - t
+    page.close()
+    shutil.rmtree(root / "bundle", ignore_errors=True)
+    return out
+
+
 def start_view(run: Path) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "ap_gym.cli", "view", str(run)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -140,6 +192,8 @@ def main() -> None:
                     proc, url = start_view(run)
                     try:
                         got = open_page(browser, url, started)
+                        if cold:  # the search index is built anew with the run index
+                            got.update(search_times(browser, url, started))
                     finally:
                         proc.terminate()
                         proc.wait(timeout=60)
@@ -149,7 +203,12 @@ def main() -> None:
                     if not cold:
                         times.setdefault("episodes page (filtered, warm)", []).append(got["episodes page"])
                         times.setdefault("open an episode (warm)", []).append(got["open an episode"])
+                    else:
+                        for key in ("search index ready", "a search (in the page)"):
+                            times.setdefault(f"{key} (cold start)" if "ready" in key else key, []).append(got[key])
                 print(f"repetition {r + 1}/{args.repeats} done", flush=True)
+            for name, value in static_times(browser, run, root).items():
+                times.setdefault(name, []).append(value)
             browser.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -160,8 +219,11 @@ def main() -> None:
              f"{args.repeats}.", "", "| what | seconds |", "|---|---|"]
     lines += [f"| {name} | {s} |" for name, s in rows]
     warm = statistics.median(times["first page, warm (view started, index reused)"])
-    lines += ["", f"Target: first page under 3 s. Warm (every open after the first): **{warm:.2f} s**; the first "
-              "open of a run also builds its index (the cold line)."]
+    search = statistics.median(times["a search (in the page)"])
+    files = int(times["static bundle: files"][0])
+    lines += ["", f"Targets: first page under 3 s, a search under 1 s, a static bundle of at most 50 files. Warm "
+              f"first page (every open after the first): **{warm:.2f} s**; the first open of a run also builds its "
+              f"index (the cold line). A search: **{search:.2f} s**. Static bundle: **{files} files**."]
     emit("view_scale", "`view_scale.py`: `ap-gym view` on a 100,000-episode run", "\n".join(lines), machine())
 
 

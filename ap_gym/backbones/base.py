@@ -22,8 +22,8 @@ from pydantic import Field
 from ap_gym.options import Options
 from ap_gym.seeding import derived_seed
 
-__all__ = ["Backbone", "BatchScorer", "Completion", "EpisodeCache", "GenerationConfig", "Message", "Reduction",
-           "Scores", "ServedBackbone"]
+__all__ = ["Backbone", "BatchScorer", "Choice", "Completion", "ConstrainedChooser", "EpisodeCache",
+           "GenerationConfig", "Message", "Reduction", "Scores", "ServedBackbone"]
 
 #: A chat message: ``{"role": "system"|"user"|"assistant", "content": str}``.
 Message = Mapping[str, str]
@@ -148,6 +148,28 @@ class EpisodeCache(Protocol):
     every episode computes the same numbers whichever episodes ran before it."""
 
     def reset_cache(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The command a constrained generation chose, its log-probability (the sum over its
+    tokens, when the server reports them) and what the call cost."""
+
+    text: str
+    logprob: float | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@runtime_checkable
+class ConstrainedChooser(Protocol):
+    """A backbone that can constrain one generation to a list of commands (a server's
+    structured outputs: vLLM's ``choice``). One request, over the server's prefix cache,
+    instead of a log-likelihood per candidate; ``supports_choice`` probes once."""
+
+    def supports_choice(self) -> bool: ...
+
+    def choose(self, messages: Sequence[Message], candidates: Sequence[str]) -> Choice: ...
 
 
 @runtime_checkable

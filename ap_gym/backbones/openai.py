@@ -39,7 +39,7 @@ import httpx
 from pydantic import Field
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from ap_gym.backbones.base import Completion, GenerationConfig, Message, Reduction, Scores
+from ap_gym.backbones.base import Choice, Completion, GenerationConfig, Message, Reduction, Scores
 from ap_gym.errors import BackboneError, PromptRejected
 from ap_gym.net import may_send_credentials
 from ap_gym.options import Options
@@ -152,6 +152,7 @@ class OpenAIBackbone:
         self._local = threading.local()
         self._candidate_ids: OrderedDict[str, list[int]] = OrderedDict()
         self._scoring: str | None | bool = False  # False: not probed yet
+        self._choice: bool | None = None  # None: not probed yet
         self.model = model or self._first_model(self.options.check_deadline_s)
         self.identity = f"{self.model} @ {self.base_url}"
 
@@ -357,25 +358,78 @@ class OpenAIBackbone:
     def _no_scoring(self) -> str:
         seen = "; ".join(getattr(self, "_probe_faults", [])) or "no answer"
         return (f"{self.base_url} cannot score candidate commands: it offers neither /tokenize with "
-                "/v1/completions prompt_logprobs (vLLM, ap-gym serve) nor echo + logprobs (what it answered: "
+                "/v1/completions prompt_logprobs (vLLM, ap-gym serve) nor echo + logprobs, nor structured outputs (choice) "
+                "(what it answered: "
                 f"{seen[:600]}). Use the agent's 'generate' or 'react' action mode with this server "
                 "(agent: {action_mode: react})")
 
+    # --------------------------------------------------------------- choose
+    def _choice_request(self, messages: Sequence[Message], candidates: Sequence[str],
+                        deadline_s: float | None = None, retries: int | None = None) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model, "messages": [dict(m) for m in messages], "temperature": 0.0,
+            # a token is at least one character: the longest command bounds the answer
+            "max_tokens": max(len(c) for c in candidates) + 8, "logprobs": True, "user": self.session,
+            "structured_outputs": {"choice": list(candidates)},
+        }
+        return self._request("POST", "/chat/completions", payload, deadline_s=deadline_s, retries=retries)
+
+    def supports_choice(self) -> bool:
+        """Whether the server constrains a generation to a list of choices (probed once, with
+        two strings no model would write unasked: a server that ignores the field answers
+        free text). An outage leaves the question open."""
+        if self._choice is None:
+            probes = ["zq-apgym-probe-one", "zq-apgym-probe-two"]
+            try:
+                data = self._choice_request([{"role": "user", "content": "Pick one."}], probes,
+                                            deadline_s=self.options.check_deadline_s, retries=1)
+                text = str(data["choices"][0]["message"]["content"] or "").strip()
+            except Unreachable:
+                raise
+            except (BackboneError, KeyError, IndexError, TypeError):
+                text = ""
+            self._choice = text in probes
+        return self._choice
+
+    def choose(self, messages: Sequence[Message], candidates: Sequence[str]) -> Choice:
+        """The command a generation constrained to ``candidates`` writes (greedy), in one
+        request over the server's prefix cache, with its log-probability."""
+        if not candidates:
+            raise ValueError("choose needs at least one candidate")
+        data = self._choice_request(messages, candidates)
+        try:
+            choice = data["choices"][0]
+            text = str(choice["message"]["content"] or "").strip()
+            usage = data.get("usage") or {}
+            content = (choice.get("logprobs") or {}).get("content") or []
+            logprob = float(sum(float(t["logprob"]) for t in content)) if content else None
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise BackboneError(f"malformed constrained choice from {self.base_url}: {str(data)[:300]}") from e
+        if text not in candidates:
+            raise BackboneError(f"{self.base_url} answered {text[:80]!r}, not one of the {len(candidates)} choices "
+                                "it was constrained to; does it support structured outputs (choice)?")
+        if logprob is not None and not math.isfinite(logprob):
+            raise BackboneError(f"{self.base_url} returned a log-probability of {logprob} for its choice")
+        return Choice(text, logprob, int(usage.get("prompt_tokens", 0) or 0),
+                      int(usage.get("completion_tokens", 0) or 0))
+
     def check(self, *, scoring: bool) -> dict[str, Any]:
         """At the start of a run: the model is listed and, when ``scoring``, candidates can be
-        scored; otherwise a clear :class:`BackboneError` before any episode runs."""
+        scored or chosen by a constrained generation; otherwise a clear
+        :class:`BackboneError` before any episode runs."""
         models = self._request("GET", "/models", deadline_s=self.options.check_deadline_s, retries=1)
         names = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
         if self.model not in names:
             raise BackboneError(f"{self.base_url} does not serve {self.model!r} (it lists {names})")
         method = self.scoring_method() if scoring else None
-        if scoring and method is None:
+        choice = self.supports_choice() if scoring else None
+        if scoring and method is None and not choice:
             raise BackboneError(self._no_scoring())
-        return {"model": self.model, "scoring": method}
+        return {"model": self.model, "scoring": method, "choice": choice}
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "openai", "identity": self.identity, "base_url": self.base_url, "model": self.model,
-                "scoring": self._scoring or None, "options": self.options.to_dict()}
+                "scoring": self._scoring or None, "choice": self._choice, "options": self.options.to_dict()}
 
     def close(self) -> None:
         self._client.close()

@@ -43,7 +43,13 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from ap_gym.backbones.base import Backbone, EpisodeCache, GenerationConfig, Message
+from ap_gym.backbones.base import (
+    Backbone,
+    ConstrainedChooser,
+    EpisodeCache,
+    GenerationConfig,
+    Message,
+)
 from ap_gym.errors import BackboneError
 from ap_gym.options import Options
 from ap_gym.policies.base import BasePolicy
@@ -86,6 +92,13 @@ class AgentConfig(Options):
             command's log-probability under that softmax in ``Step.logprob``.
         record_messages: keep the chat the backbone saw in ``Step.messages`` (a trainer
             re-scores it); off by default, since it repeats the history on every step.
+        choose_method: how ``choose`` picks a command. ``"score"``: the log-likelihood of
+            every candidate (the paper's rule, exact; one forward pass in process, a
+            prefill per candidate on vLLM). ``"constrained"``: one generation constrained
+            to the candidates (a server's structured outputs; greedy, so it can differ from
+            the best-scored command). ``"auto"`` (default): constrained where the backbone
+            offers it (a server that supports ``choice``; probed once) and the choice is
+            greedy, else scored. Each episode records which (``choice_method``).
     """
 
     action_mode: Literal["choose", "generate", "react"] = "choose"
@@ -99,6 +112,7 @@ class AgentConfig(Options):
     react_generation: GenerationConfig = GenerationConfig(max_new_tokens=128, stop=("\nObservation", "\n\n"))
     choose_temperature: float = Field(default=0.0, ge=0.0)
     record_messages: bool = False
+    choose_method: Literal["auto", "score", "constrained"] = "auto"
 
 
 #: How many of the best-scored candidates a ``choose`` step keeps (``Step.candidates``).
@@ -224,7 +238,15 @@ class ReActAgent(BasePolicy):
         scored_step: dict[str, Any] = {}
         if self.config.record_messages:
             scored_step["messages"] = messages
-        if self.config.action_mode == "choose" and admissible:
+        if self.config.action_mode == "choose" and admissible and self._constrained():
+            picked = self.backbone.choose(messages, admissible)  # type: ignore[attr-defined]
+            self.meter.record("acting", picked.prompt_tokens, picked.completion_tokens)
+            action, failure, thought, reply = picked.text, False, None, picked.text
+            response = f"chose {action!r} (a generation constrained to the {len(admissible)} admissible commands)"
+            scored_step.update(candidates=((action, round(picked.logprob, 4)),) if picked.logprob is not None else None,
+                               reduction="constrained")
+        elif self.config.action_mode == "choose" and admissible:
+            self.decisions["choice_method"] = "scored"
             scored = self.backbone.score(messages, admissible, self.config.reduction)
             scores = scored.values
             if len(scores) != len(admissible) or not all(math.isfinite(v) for v in scores):
@@ -261,6 +283,20 @@ class ReActAgent(BasePolicy):
         self.record_step(self.transcript(messages), response, failure, reasoning=thought, **scored_step)
         self._turns += [{"role": "user", "content": self._cut(observation)}, {"role": "assistant", "content": reply}]
         return action
+
+    def _constrained(self) -> bool:
+        """Whether this step's choice is a constrained generation (see ``choose_method``)."""
+        method = self.config.choose_method
+        if method == "score":
+            return False
+        offered = isinstance(self.backbone, ConstrainedChooser) and self.backbone.supports_choice()
+        if method == "constrained" and not offered:
+            raise BackboneError(f"choose_method: constrained, but {getattr(self.backbone, 'identity', 'the backbone')} "
+                                "offers no constrained choice (a server with structured outputs does); use 'score'")
+        use = offered and (method == "constrained" or self.config.choose_temperature <= 0)
+        if use:
+            self.decisions["choice_method"] = "constrained"
+        return use
 
     def _pick(self, scores: Sequence[float]) -> tuple[int, float | None]:
         """The chosen candidate and, when sampling, its log-probability under the softmax."""

@@ -79,6 +79,13 @@ def _name(r: Results, method: str) -> str:
     return f"{method} {CHOOSE_MARK}" if "choose" in modes else method
 
 
+def _mode(info: Any) -> str:
+    """The action mode, with how ``choose`` chose (scored, or a constrained generation)."""
+    mode = info.get("action_mode") or "-"
+    method = info.get("choice_method")
+    return f"{mode} ({method})" if mode == "choose" and method else mode
+
+
 def identical_seeds(r: Results) -> dict[tuple[str, str], bool]:
     """(column, method) -> whether its seeds (two or more) gave the same held-out results."""
     by: dict[tuple[str, str], dict[int, list[tuple[Any, ...]]]] = defaultdict(lambda: defaultdict(list))
@@ -169,7 +176,7 @@ def calls(r: Results) -> Table:
             if (s, m) not in per["calls"]:
                 continue
             mine = [x for x in r.final if x["method"] == m and x["setting"] == r.key(s, m)]
-            mode = "/".join(sorted({x["policy_info"].get("action_mode") or "-" for x in mine}))
+            mode = "/".join(sorted({_mode(x["policy_info"]) for x in mine}))
             parse = statistics.fmean(x.get("parse_failures", 0) for x in mine)
             v = {k: per[k][(s, m)] for k in per}
             rows.append([_name(r, m), s, mode, _pm(v["calls"], digits=2), _pm(v["acting"], digits=2),

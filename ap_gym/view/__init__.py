@@ -15,12 +15,19 @@ and keeps each episode's steps in a file of its own, read when it is opened.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ap_gym.view.index import FILTERS, RunIndex, curves
+from ap_gym.protocol.results import EPISODES
+from ap_gym.view.index import FILTERS, SORTS, RunIndex, curves
+from ap_gym.view.search import SearchIndex
+
+log = logging.getLogger(__name__)
 
 __all__ = ["RunIndex", "Viewer", "create_app", "serve", "write_static"]
 
@@ -38,17 +45,103 @@ BUNDLE_MARK = ".ap-gym-bundle"
 
 
 class Viewer:
-    """The runs a viewer shows, each with its index, and the answers both modes serve."""
+    """The runs a viewer shows, each with its index, and the answers both modes serve.
 
-    def __init__(self, runs: Sequence[str | Path], rebuild: bool = False) -> None:
+    Args:
+        runs: run directories.
+        rebuild: rebuild their indexes even if current.
+        live: keep up with runs still being written, and build the search index, in a
+            background thread (``poll_s`` apart); the server's mode. Without it (a bundle,
+            a test) :meth:`catch_up` does the same on demand.
+    """
+
+    def __init__(self, runs: Sequence[str | Path], rebuild: bool = False, live: bool = False,
+                 poll_s: float = 2.0) -> None:
         if not runs:
             raise ValueError("ap-gym view needs at least one run directory")
         self.indexes = [RunIndex(r, rebuild=rebuild) for r in runs]
         self._reports: dict[int, dict[str, Any]] = {}
+        #: held by every answer and by the catch-up: a rebuild swaps an index's connection
+        self.lock = threading.RLock()
+        self._search: dict[int, SearchIndex] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if live:
+            self._thread = threading.Thread(target=self._follow, args=(poll_s,), name="ap-gym view live", daemon=True)
+            self._thread.start()
+
+    def _follow(self, poll_s: float) -> None:
+        while not self._stop.is_set():
+            try:
+                self.catch_up(search_batches=1)
+            except Exception as e:  # a damaged file mid-write: said, and tried again next time
+                log.warning("ap-gym view: catching up failed (%s); trying again", e)
+            self._stop.wait(poll_s)
+
+    def catch_up(self, search_batches: int | None = None) -> bool:
+        """Index what the runs wrote since the last look, then extend the search index (by
+        at most ``search_batches`` batches; ``None``: all of it). Returns whether new
+        episodes arrived."""
+        changed = False
+        for k in range(len(self.indexes)):
+            with self.lock:
+                if self.indexes[k].refresh():
+                    changed = True
+                    self._reports.pop(k, None)
+            search = self.search_index(k)
+            search.catch_up(None if search_batches is None else search_batches * search.batch)
+        return changed
+
+    def search_index(self, k: int) -> SearchIndex:
+        with self.lock:
+            if k not in self._search:
+                self._search[k] = SearchIndex(self.index(k))
+            return self._search[k]
 
     def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        for search in self._search.values():
+            search.close()
         for ix in self.indexes:
             ix.close()
+
+    def status(self, k: int) -> dict[str, Any]:
+        """Whether the run is still being written (no ``summary.json`` yet), what the index
+        holds, how long ago the run last wrote, and how far the search index got."""
+        ix = self.index(k)
+        newest = max((p.stat().st_mtime for p in ix.run.glob(f"**/{EPISODES}")), default=None)
+        count = ix.conn.execute("SELECT COUNT(*), COUNT(DISTINCT setting) FROM episodes").fetchone()
+        return {"live": not (ix.run / "summary.json").exists(), "episodes": count[0], "settings": count[1],
+                "last_write_s": round(time.time() - newest, 1) if newest else None,
+                "search": self.search_index(k).status() if k in self._search else None}
+
+    def search(self, k: int, query: str, limit: int = 50) -> dict[str, Any]:
+        """Search results with each episode's row (task, policy, seed, iteration)."""
+        search = self.search_index(k)
+        hits = search.search(query, limit)
+        rows = {}
+        ids = sorted({h["episode"] for h in hits})
+        if ids:
+            ix = self.index(k)
+            rows = {r["id"]: ix._row(r) for r in ix.conn.execute(
+                f"SELECT * FROM episodes WHERE id IN ({','.join('?' * len(ids))})", ids)}  # noqa: S608
+        return {"query": query, "status": search.status(),
+                "hits": [{**h, "row": rows.get(h["episode"])} for h in hits if h["episode"] in rows]}
+
+    def diff(self, a: int, b: int) -> dict[str, Any]:
+        """The config keys (dotted paths) whose values differ between two runs."""
+        left, right = _flat(self.index(a).meta.get("config") or {}), _flat(self.index(b).meta.get("config") or {})
+        keys = sorted(set(left) | set(right))
+        return {"a": self.index(a).run.name, "b": self.index(b).run.name,
+                "differences": [{"key": key, "a": left.get(key), "b": right.get(key)} for key in keys
+                                if left.get(key, _MISSING) != right.get(key, _MISSING)],
+                "same": sum(1 for key in keys if left.get(key, _MISSING) == right.get(key, _MISSING))}
+
+    def export(self, k: int, episode_id: int) -> dict[str, Any]:
+        """An episode's whole line, as written (for a download)."""
+        return self.index(k).episode(episode_id)["line"]
 
     def index(self, k: int) -> RunIndex:
         if not 0 <= k < len(self.indexes):
@@ -70,7 +163,8 @@ class Viewer:
     def overview(self, k: int) -> dict[str, Any]:
         ix = self.index(k)
         settings = ix.settings()
-        return {"settings": settings, "curves": curves(settings), "facets": ix.facets(), "filters": list(FILTERS)}
+        return {"settings": settings, "curves": curves(settings), "facets": ix.facets(), "filters": list(FILTERS),
+                "sorts": list(SORTS)}
 
     def report(self, k: int) -> dict[str, Any]:
         """The tables of ``ap-gym report`` for this run (the same :class:`~ap_gym.report.Table`
@@ -83,6 +177,21 @@ class Viewer:
                                             "rows": [[_cell(v) for v in row] for row in t.rows]}
                                            for t in tables if t.header]}
         return self._reports[k]
+
+
+_MISSING = object()
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as ``{"a.b.c": value}`` (lists kept whole, policies by label)."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, sub in value.items():
+            out.update(_flat(sub, f"{prefix}{key}."))
+        return out
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "label" in v for v in value):
+        return _flat({str(v["label"]): v for v in value}, prefix)
+    return {prefix.rstrip("."): value}
 
 
 def _cell(value: Any) -> Any:
@@ -110,7 +219,7 @@ def serve(runs: Sequence[str | Path], host: str = "127.0.0.1", port: int = 0, op
     if not is_loopback(host) and not api_key:
         raise ValueError(f"--host {host} serves the runs beyond this machine: give a key (--api-key or "
                          "AP_GYM_VIEW_KEY), or bind to 127.0.0.1 and reach it through an SSH tunnel")
-    viewer = Viewer(runs, rebuild=rebuild)
+    viewer = Viewer(runs, rebuild=rebuild, live=True)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.bind((host, port))
     sock.listen(128)  # connections queue from now on: the printed address answers at once
@@ -137,6 +246,29 @@ def _put(path: Path, key: str, payload: Any) -> None:
     path.write_text(f"APGYM_PUT({json.dumps(key)},{text});\n", encoding="utf-8")
 
 
+#: A bundle packs episodes into files of at least CHUNK_MIN episodes and at most
+#: MAX_CHUNKS files in all (a 100k-episode run is ~40 files, not 100k).
+CHUNK_MIN, MAX_CHUNKS = 500, 40
+
+
+def _write_chunks(ix: RunIndex, base: Path, k: int, chunk: int) -> None:
+    """Episode ``i`` (ids from 1) goes to ``episodes-{(i - 1) // chunk}.js``, one
+    ``APGYM_PUT`` per episode, streamed (a chunk is never held whole in memory)."""
+    files: dict[int, Any] = {}
+    try:
+        for (episode_id,) in ix.conn.execute("SELECT id FROM episodes ORDER BY id"):
+            n = (episode_id - 1) // chunk
+            if n not in files:
+                for f in files.values():
+                    f.close()
+                files = {n: open(base / f"episodes-{n}.js", "w", encoding="utf-8")}  # noqa: SIM115
+            text = json.dumps(ix.episode(episode_id), separators=(",", ":")).replace("</", "<\\/")
+            files[n].write(f"APGYM_PUT({json.dumps(f'run/{k}/episode/{episode_id}')},{text});\n")
+    finally:
+        for f in files.values():
+            f.close()
+
+
 def write_static(runs: Sequence[str | Path], out: str | Path, rebuild: bool = False) -> Path:
     """Write the viewer and the data of ``runs`` to ``out`` (``out/index.html`` opens from disk)."""
     out = Path(out)
@@ -155,16 +287,18 @@ def write_static(runs: Sequence[str | Path], out: str | Path, rebuild: bool = Fa
         shutil.copy(STATIC / "index.html", out / "index.html")
         data = out / "data"
         data.mkdir()
-        (data / "boot.js").write_text("window.APGYM_MODE = 'static';\n")
+        total = sum(ix.conn.execute("SELECT COUNT(*) FROM episodes").fetchone()[0] for ix in viewer.indexes)
+        chunk = max(CHUNK_MIN, -(-total // MAX_CHUNKS))  # episodes per file: at most MAX_CHUNKS files in all
+        (data / "boot.js").write_text(f"window.APGYM_MODE = 'static';\nwindow.APGYM_CHUNK = {chunk};\n")
         _put(data / "runs.js", "runs", viewer.runs())
         for k, ix in enumerate(viewer.indexes):
             base = data / f"run{k}"
             _put(base / "overview.js", f"run/{k}/overview", viewer.overview(k))
             _put(base / "report.js", f"run/{k}/report", viewer.report(k))
             _put(base / "provenance.js", f"run/{k}/provenance", ix.provenance())
+            _put(base / "config.js", f"run/{k}/config", ix.meta.get("config"))
             _put(base / "episodes.js", f"run/{k}/episodes", list(ix.all_rows()))
-            for row in ix.all_rows():
-                _put(base / "episode" / f"{row['id']}.js", f"run/{k}/episode/{row['id']}", ix.episode(row["id"]))
+            _write_chunks(ix, base, k, chunk)
     finally:
         viewer.close()
     return out / "index.html"

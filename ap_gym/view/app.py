@@ -84,7 +84,28 @@ def create_app(viewer: Viewer, *, api_key: str | None = None,
     app = FastAPI(title="ap-gym view", docs_url=None, redoc_url=None, openapi_url=None)
     _guard(app, api_key, hosts)
 
-    answer = _answer
+    def answer(fn: Any, *args: Any) -> Any:
+        with viewer.lock:  # a catch-up may swap an index's connection: one answer at a time
+            return _answer(fn, *args)
+
+    _run_routes(app, viewer, answer)
+    _finding_routes(app, viewer, answer)
+
+    @app.get("/data/boot.js")
+    def boot() -> Any:
+        return Response("window.APGYM_MODE = 'server';\n", media_type="text/javascript")
+
+    @app.get("/")
+    def page() -> Any:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def _run_routes(app: FastAPI, viewer: Viewer, answer: Any) -> None:
+    """What a run holds: its settings, report, provenance, episodes."""
+
     @app.get("/api/runs")
     def runs() -> Any:
         return answer(viewer.runs)
@@ -103,11 +124,11 @@ def create_app(viewer: Viewer, *, api_key: str | None = None,
 
     @app.get("/api/run/{k}/episodes")
     def episodes(k: int, request: Request, page: int = Query(0, ge=0, le=10**9),
-                 per_page: int = Query(50, ge=1, le=1000)) -> Any:
-        filters = {key: v for key, v in request.query_params.items() if key not in ("page", "per_page")}
+                 per_page: int = Query(50, ge=1, le=1000), sort: str = "id", desc: bool = False) -> Any:
+        filters = {key: v for key, v in request.query_params.items() if key not in ("page", "per_page", "sort", "desc")}
 
         def run() -> dict[str, Any]:
-            p = viewer.index(k).episodes(filters, page, per_page)
+            p = viewer.index(k).episodes(filters, page, per_page, sort, desc)
             return {"rows": p.rows, "total": p.total, "page": p.page, "per_page": p.per_page}
 
         return answer(run)
@@ -116,13 +137,29 @@ def create_app(viewer: Viewer, *, api_key: str | None = None,
     def episode(k: int, episode_id: int = PathParam(ge=0, le=2**62)) -> Any:
         return answer(lambda: viewer.index(k).episode(episode_id))
 
-    @app.get("/data/boot.js")
-    def boot() -> Any:
-        return Response("window.APGYM_MODE = 'server';\n", media_type="text/javascript")
+    @app.get("/api/run/{k}/episode/{episode_id}/export")
+    def export(k: int, episode_id: int = PathParam(ge=0, le=2**62)) -> Any:
+        response = answer(viewer.export, k, episode_id)
+        response.headers["content-disposition"] = f'attachment; filename="run{k}-episode{episode_id}.json"'
+        return response
 
-    @app.get("/")
-    def page() -> Any:
-        return FileResponse(STATIC / "index.html")
 
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return app
+def _finding_routes(app: FastAPI, viewer: Viewer, answer: Any) -> None:
+    """What a reader looks for across a run: its live state, search, the matrix, a diff."""
+
+    @app.get("/api/run/{k}/status")
+    def status(k: int) -> Any:
+        return answer(viewer.status, k)
+
+    @app.get("/api/run/{k}/search")
+    def search(k: int, q: str = Query("", max_length=500), limit: int = Query(50, ge=1, le=500)) -> Any:
+        return _answer(viewer.search, k, q, limit)  # its own connections: no need to wait on a catch-up
+
+    @app.get("/api/run/{k}/matrix")
+    def matrix(k: int, benchmark: str | None = None, iteration: int | None = Query(None, ge=0, le=10**6),
+               split_seeds: bool = False) -> Any:
+        return answer(lambda: viewer.index(k).matrix(benchmark, iteration, split_seeds))
+
+    @app.get("/api/diff")
+    def diff(a: int, b: int) -> Any:
+        return answer(viewer.diff, a, b)

@@ -40,12 +40,12 @@ from ap_gym.protocol.results import (
 )
 from ap_gym.report.stats import wilson
 
-__all__ = ["FILTERS", "RunIndex"]
+__all__ = ["FILTERS", "SORTS", "RunIndex"]
 
 log = logging.getLogger(__name__)
 
 #: Bump when the index's tables change: an index of another version is rebuilt.
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 #: Episode columns a client may filter on (exact match).
 FILTERS = ("benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome")
 
@@ -71,7 +71,12 @@ CREATE TABLE abstractions (
 CREATE TABLE seen (setting TEXT NOT NULL, abstraction_id INTEGER NOT NULL, episode_id INTEGER NOT NULL);
 CREATE INDEX seen_by ON seen (setting, abstraction_id);
 CREATE TABLE audits (setting TEXT PRIMARY KEY, row TEXT NOT NULL);
+CREATE TABLE files (file TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
+CREATE TABLE rejected (setting TEXT NOT NULL, item TEXT NOT NULL);
 """
+#: Episode columns the episode list may be sorted by.
+SORTS = ("id", "setting", "policy", "seed", "iteration", "phase", "task_id", "task_family", "success", "score",
+         "outcome", "num_steps", "llm_calls", "tokens", "mode", "parse_failures")
 
 
 def _mean_ci(total: float, squares: float, n: int) -> tuple[float | None, tuple[float, float] | None]:
@@ -203,11 +208,52 @@ class RunIndex:
         signature = _signature(self.run)
         if rebuild or self._stored_signature() != signature:
             self._build(signature)
-        self.conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
-        self.conn.row_factory = sqlite3.Row
+        self._open()
 
     def close(self) -> None:
         self.conn.close()
+
+    def _open(self) -> None:
+        self.conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        self.conn.row_factory = sqlite3.Row
+        self.signature = self.conn.execute("SELECT value FROM meta WHERE key='signature'").fetchone()[0]
+        build = self.conn.execute("SELECT value FROM meta WHERE key='build'").fetchone()
+        self.build_id = build[0] if build else ""
+
+    def refresh(self) -> bool:
+        """Catch up with a run that is still being written: index the lines appended since the
+        last look (reading from where it stopped, never the whole file again) and any new
+        setting. A file that shrank (a resume quarantined a damaged line) means a rebuild.
+        Returns whether anything new was indexed."""
+        current = _signature(self.run)
+        if current == self.signature:
+            return False
+        indexed = dict(self.conn.execute("SELECT file, bytes FROM files"))
+        todo = []
+        for directory in setting_dirs(self.run):
+            rel = directory.relative_to(self.run).as_posix()
+            try:
+                size = (directory / EPISODES).stat().st_size
+            except OSError:
+                continue
+            before = indexed.get(rel, 0)
+            if size < before:
+                self.conn.close()
+                self._build(current)
+                self._open()
+                return True
+            if size > before or rel not in indexed:
+                todo.append((directory, before))
+        conn = sqlite3.connect(self.path, timeout=30)
+        try:
+            with conn:
+                for directory, before in todo:
+                    self._index_setting(conn, directory, before)
+                conn.execute("UPDATE meta SET value=? WHERE key='signature'", (current,))
+        finally:
+            conn.close()
+        self.signature = current
+        return bool(todo)
 
     # -- building ---------------------------------------------------------------------
     def _stored_signature(self) -> str | None:
@@ -233,29 +279,35 @@ class RunIndex:
                 for directory in setting_dirs(self.run):
                     self._index_setting(conn, directory)
                 conn.execute("INSERT INTO meta VALUES ('signature', ?)", (signature,))
+                conn.execute("INSERT INTO meta VALUES ('build', ?)", (os.urandom(8).hex(),))
             conn.close()
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def _index_setting(self, conn: sqlite3.Connection, directory: Path) -> None:
+    def _index_setting(self, conn: sqlite3.Connection, directory: Path, start: int = 0) -> None:
+        """Index the complete lines of a setting's episodes file from byte ``start`` (0: all;
+        later, where the last catch-up stopped), then its memory's provenance and audit."""
         rel = directory.relative_to(self.run).as_posix()
         path = directory / EPISODES
-        rows, seen, train, rejected = [], [], {}, []
-        setting, damaged = rel, 0
+        rows, seen, rejected = [], [], []
+        damaged, end = 0, start
         with open(path, "rb") as f:
-            offset = 0
+            f.seek(start)
+            offset = start
             for raw in f:
-                start, offset = offset, offset + len(raw)
+                if not raw.endswith(b"\n"):
+                    break  # a line still being written: the next catch-up reads it whole
+                line_start, offset = offset, offset + len(raw)
+                end = offset
                 if not raw.strip():
                     continue
                 x = _head(raw)
-                row = _row_of(x, rel, start, len(raw)) if x is not None else None
+                row = _row_of(x, rel, line_start, len(raw)) if x is not None else None
                 if row is None:  # a damaged or cut line: results.read_lines says so on resume
                     damaged += 1
                     continue
-                setting = row[0]
                 info = _mapping(x.get("policy_info"))
                 rows.append(row)
                 seen.append([int(i) for i in _list(info.get("abstractions_in_prompt")) if isinstance(i, int)])
@@ -267,21 +319,35 @@ class RunIndex:
                          "task_id, task_family, success, score, termination, outcome, num_steps, llm_calls, tokens, "
                          "mode, parse_failures, file, offset, length) VALUES "
                          "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-        for n, row in enumerate(rows):
-            if row[5] == "train":
-                train[(row[8], row[6])] = first + n
         conn.executemany("INSERT INTO seen VALUES (?,?,?)",
-                         [(setting, a, first + n) for n, ids in enumerate(seen) for a in ids])
+                         [(row[0], a, first + n) for n, (row, ids) in enumerate(zip(rows, seen, strict=True))
+                          for a in ids])
+        conn.execute("INSERT OR REPLACE INTO files VALUES (?, ?)", (rel, end))
+        known = conn.execute("SELECT setting FROM episodes WHERE file=? LIMIT 1", (rel,)).fetchone()
+        setting = known[0] if known else rel
+        conn.executemany("INSERT INTO rejected VALUES (?, ?)", [(setting, json.dumps(r)) for r in rejected])
+        if rows or start == 0:
+            self._index_memory(conn, directory, setting)
+
+    def _index_memory(self, conn: sqlite3.Connection, directory: Path, setting: str) -> None:
+        """A setting's record -> episode links, abstractions and audit (replaced whole: the
+        memory changes as the run goes on)."""
+        for table in ("records", "abstractions", "audits"):
+            conn.execute(f"DELETE FROM {table} WHERE setting=?", (setting,))  # noqa: S608 (fixed names)
+        train = {(task, it): i for i, task, it in conn.execute(
+            "SELECT id, task_id, iteration FROM episodes WHERE setting=? AND phase='train' ORDER BY id", (setting,))}
         try:
             keys = load_record_keys(directory)
             stored = load_abstractions(directory)
         except StoreError as e:  # the viewer shows the episodes; the memory is said unreadable
-            log.warning("%s: memory not readable (%s); provenance links left out", rel, e)
+            log.warning("%s: memory not readable (%s); provenance links left out", setting, e)
             conn.execute("INSERT INTO audits VALUES (?, ?)", (setting, json.dumps({"error": str(e)})))
             return
         conn.executemany("INSERT INTO records VALUES (?,?,?)",
                          [(setting, rid, train.get((task, it))) for rid, task, it in keys])
-        if stored or rejected or any(seen):
+        rejected = [json.loads(r) for (r,) in conn.execute("SELECT item FROM rejected WHERE setting=?", (setting,))]
+        any_seen = conn.execute("SELECT 1 FROM seen WHERE setting=? LIMIT 1", (setting,)).fetchone()
+        if stored or rejected or any_seen:
             self._index_abstractions(conn, directory, setting, stored, rejected)
 
     def _index_abstractions(self, conn: sqlite3.Connection, directory: Path, setting: str, stored: list[Any],
@@ -347,8 +413,13 @@ class RunIndex:
             "SELECT DISTINCT task_id FROM episodes WHERE phase='eval' ORDER BY task_id")]
         return out
 
-    def episodes(self, filters: Mapping[str, Any], page: int = 0, per_page: int = 50) -> Page:
-        """Episode rows matching every filter (exact values), a page at a time."""
+    def episodes(self, filters: Mapping[str, Any], page: int = 0, per_page: int = 50, sort: str = "id",
+                 descending: bool = False) -> Page:
+        """Episode rows matching every filter (exact values), sorted by a column of
+        :data:`SORTS` (ties by id), a page at a time: sorting and paging happen in SQLite,
+        so a 100k-episode run costs the same as a small one."""
+        if sort not in SORTS:
+            raise ValueError(f"unknown sort column {sort!r}; sortable: {', '.join(SORTS)}")
         where, args = [], []
         for key, value in filters.items():
             if key not in FILTERS:
@@ -360,9 +431,38 @@ class RunIndex:
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         total = self.conn.execute(f"SELECT COUNT(*) FROM episodes {clause}", args).fetchone()[0]
         per_page = max(1, min(int(per_page), 500))
-        rows = self.conn.execute(f"SELECT * FROM episodes {clause} ORDER BY id LIMIT ? OFFSET ?",
+        order = f"{sort} {'DESC' if descending else 'ASC'}, id" if sort != "id" else f"id {'DESC' if descending else ''}"
+        rows = self.conn.execute(f"SELECT * FROM episodes {clause} ORDER BY {order} LIMIT ? OFFSET ?",  # noqa: S608
                                  [*args, per_page, max(0, int(page)) * per_page]).fetchall()
         return Page([self._row(r) for r in rows], total, page, per_page)
+
+    def matrix(self, benchmark: str | None = None, iteration: int | None = None,
+               split_seeds: bool = False) -> dict[str, Any]:
+        """Held-out success per task (rows) and policy (columns) at one iteration (default:
+        each setting's last), seeds pooled or one cell per seed: which tasks each design
+        wins and loses, side by side. Infrastructure failures are left out of a cell."""
+        benchmarks = [r[0] for r in self.conn.execute("SELECT DISTINCT benchmark FROM episodes ORDER BY benchmark")]
+        benchmark = benchmark or (benchmarks[0] if benchmarks else "")
+        if benchmark not in benchmarks:
+            raise ValueError(f"no benchmark {benchmark!r} in this run; it has {', '.join(benchmarks)}")
+        last = dict(self.conn.execute("SELECT setting, MAX(iteration) FROM episodes WHERE phase='eval' AND benchmark=? "
+                                      "GROUP BY setting", (benchmark,)))
+        cells: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(lambda: {"n": 0, "won": 0}))
+        policies: set[str] = set()
+        for r in self.conn.execute("SELECT setting, policy, seed, iteration, task_id, success, outcome FROM episodes "
+                                   "WHERE phase='eval' AND benchmark=?", (benchmark,)):
+            wanted = iteration if iteration is not None else last.get(r["setting"])
+            if r["iteration"] != wanted or r["outcome"] == "infrastructure_failure":
+                continue
+            column = f"{r['policy']} seed{r['seed']}" if split_seeds else r["policy"]
+            policies.add(column)
+            cell = cells[r["task_id"]][column]
+            cell["n"] += 1
+            cell["won"] += int(r["success"])
+        columns = sorted(policies)
+        return {"benchmark": benchmark, "benchmarks": benchmarks, "iteration": iteration, "columns": columns,
+                "rows": [{"task_id": task, "cells": {c: by[c] for c in columns if c in by}}
+                         for task, by in sorted(cells.items())]}
 
     def all_rows(self) -> Iterator[dict[str, Any]]:
         for r in self.conn.execute("SELECT * FROM episodes ORDER BY id"):

@@ -42,7 +42,7 @@ class RecordEpisode(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         self._steps: list[Step] = []
         self._start_info: dict[str, Any] = {}
         self._initial_obs = ""
-        self._t0 = 0.0
+        self._t0 = self._mark = 0.0
         self._seed: int | None = None
 
     @property
@@ -62,12 +62,15 @@ class RecordEpisode(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         self._start_info = dict(info)
         self._initial_obs = obs
         self._seed = seed
-        self._t0 = time.perf_counter()
+        self._t0 = self._mark = time.perf_counter()
         return obs, info
 
     def step(self, action: str):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._steps.append(Step(action=action, observation=obs, reward=float(reward), score=info.get("score")))
+        now = time.perf_counter()  # the step's wall time: the policy's decision and the env's step
+        self._steps.append(Step(action=action, observation=obs, reward=float(reward), score=info.get("score"),
+                                seconds=round(now - self._mark, 6)))
+        self._mark = now
         if terminated or truncated:
             self.episode = self.build(info, terminated, truncated)
         return obs, reward, terminated, truncated, info

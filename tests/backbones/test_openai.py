@@ -279,3 +279,44 @@ def test_a_key_goes_only_to_https_or_loopback(monkeypatch):
         OpenAIBackbone("http://203.0.113.5:8000/v1", "m", api_key="sk-mine")
     allowed = OpenAIBackbone("http://203.0.113.5:8000/v1", "m", api_key="sk-mine", insecure_credentials=True)
     assert allowed._client.headers["authorization"] == "Bearer sk-mine"
+
+
+def _chat(text, logprobs=(-0.5, -0.25)):
+    return (200, {}, {"choices": [{"index": 0, "message": {"content": text}, "finish_reason": "stop",
+                                   "logprobs": {"content": [{"token": "t", "logprob": v} for v in logprobs]}}],
+                      "usage": {"prompt_tokens": 30, "completion_tokens": 2}})
+
+
+def test_a_server_with_structured_choice_is_chosen_from_in_one_request():
+    from ap_gym.policies.react import ReActAgent
+
+    server = Scripted([MODELS, _chat("zq-apgym-probe-two"), _chat("open door")])
+    try:
+        client = OpenAIBackbone(server.url, retries=0, backoff_s=0.01)
+        assert client.supports_choice()
+        agent = ReActAgent(client, seed=0)
+        info = {"task_id": "t/1", "instruction": "leave", "admissible_commands": ["go north", "open door"]}
+        agent.begin("A door.", info)
+        assert agent.act("A door.", info) == "open door"
+        trace = agent.trace()
+        assert trace.info["choice_method"] == "constrained" and trace.steps[-1].reduction == "constrained"
+        assert trace.steps[-1].candidates == (("open door", -0.75),)
+        assert len(server.seen) == 3  # models, the probe, one request for the step
+    finally:
+        server.close()
+
+
+def test_a_server_that_ignores_the_choice_is_not_trusted_with_it():
+    server = Scripted([MODELS, _chat("Sure! Here is a free answer.")])
+    try:
+        client = OpenAIBackbone(server.url, retries=0, backoff_s=0.01)
+        assert not client.supports_choice()
+    finally:
+        server.close()
+    server = Scripted([MODELS, _chat("dance wildly")])
+    try:
+        client = OpenAIBackbone(server.url, retries=0, backoff_s=0.01)
+        with pytest.raises(BackboneError, match="not one of the 2 choices"):
+            client.choose(MSGS, ["go north", "open door"])
+    finally:
+        server.close()

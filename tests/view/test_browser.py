@@ -206,3 +206,112 @@ def test_the_static_bundle_opens_from_disk(browser, view_run, tmp_path):
     page.wait_for_selector("#provenance-graph")
     context.close()
     assert not errors
+
+
+def _start_view(*runs):
+    proc = subprocess.Popen([sys.executable, "-m", "ap_gym.cli", "view", *map(str, runs)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()
+    match = re.search(r"http://127\.0\.0\.1:\d+/", line)
+    assert match, f"ap-gym view did not print its address: {line!r}"
+    return proc, match.group(0)
+
+
+def test_a_run_being_written_shows_new_episodes_without_a_restart(browser, view_run, tmp_path):
+    run = tmp_path / "live"
+    shutil.copytree(view_run, run, ignore=shutil.ignore_patterns(".view"))
+    (run / "summary.json").unlink(missing_ok=True)  # still running
+    episodes = sorted(run.rglob("episodes.jsonl"))[0]
+    lines = episodes.read_text().splitlines(keepends=True)
+    episodes.write_text("".join(lines[:-1]))
+    total = len(load_episodes(run))
+    proc, url = _start_view(run)
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        page.goto(url + "#/episodes")
+        page.wait_for_selector(f"#episode-count:has-text('{total} episodes')")
+        page.wait_for_selector("#live:has-text('live')")
+        with episodes.open("a") as f:  # the run writes its next episode
+            f.write(lines[-1])
+        page.wait_for_selector(f"#episode-count:has-text('{total + 1} episodes')", timeout=30_000)
+        assert page.locator("#live").get_attribute("data-episodes") == str(total + 1)
+    finally:
+        context.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_search_finds_an_action_and_links_to_its_step(server, page, view_run):
+    line = next(x for x in load_episodes(view_run) if x["steps"] and any(w.isalpha() and len(w) > 3
+                                                                        for w in x["steps"][0]["action"].split()))
+    word = next(w for w in line["steps"][0]["action"].split() if w.isalpha() and len(w) > 3)
+    page.goto(server + "#/runs")
+    page.wait_for_selector("#settings-table")
+    page.fill("#search-box", word)
+    page.press("#search-box", "Enter")
+    page.wait_for_function("document.querySelectorAll('#search-hits li').length > 0", timeout=60_000)
+    hit = page.locator("#search-hits li").first
+    assert word.lower() in hit.inner_text().lower()
+    step = int(hit.get_attribute("data-step"))
+    hit.locator("a").click()
+    page.wait_for_selector("#timeline .step")
+    if step >= 0:  # a step's hit opens the episode at that step
+        page.wait_for_selector(f".step.target[data-step='{step + 1}']")
+
+
+def test_sorting_the_episodes_by_steps(server, page, view_run):
+    page.goto(server + "#/episodes?phase=eval")
+    page.wait_for_selector("#episodes-table tbody tr")
+    page.click("#episodes-table th[data-sort='num_steps']")
+    page.wait_for_selector("#episodes-table th.sorted-asc[data-sort='num_steps']")
+    page.click("#episodes-table th[data-sort='num_steps']")
+    page.wait_for_selector("#episodes-table th.sorted-desc[data-sort='num_steps']")
+    shown = [int(r) for r in page.locator("#episodes-table tbody tr td:nth-child(12)").all_inner_texts()]
+    expected = sorted((x["num_steps"] for x in _eval(view_run)), reverse=True)[: len(shown)]
+    assert shown == expected
+    page.goto(server + "#/runs")
+    page.wait_for_selector("#settings-table")
+    page.click("#settings-table th[data-sort='policy']")
+    policies = page.locator("#settings-table tbody tr td:nth-child(3)").all_inner_texts()
+    assert policies == sorted(policies)
+    page.fill("#settings-filter", "abstraction")
+    assert set(page.locator("#settings-table tbody tr td:nth-child(3)").all_inner_texts()) == {"abstraction"}
+
+
+def test_the_task_policy_matrix_matches_the_episodes(server, page, view_run):
+    page.goto(server + "#/matrix")
+    page.wait_for_selector("#matrix-table")
+    lines = [x for x in _eval(view_run) if x["termination"] != "infrastructure_failure"]
+    last = max(x["iteration"] for x in lines)
+    for row in page.locator("#matrix-table tbody tr[data-task]").all()[:5]:
+        task = row.get_attribute("data-task")
+        for cell in row.locator("td[data-column]").all():
+            policy = cell.get_attribute("data-column")
+            mine = [x for x in lines if x["task_id"] == task and x["policy"] == policy and x["iteration"] == last]
+            assert cell.inner_text() == f"{sum(x['success'] for x in mine)}/{len(mine)}"
+    page.locator("#matrix-table td[data-column]").first.click()
+    page.wait_for_selector("#compare-table")
+
+
+def test_the_config_diff_of_two_runs(browser, view_run, tmp_path):
+    import json as _json
+
+    other = tmp_path / "other"
+    shutil.copytree(view_run, other, ignore=shutil.ignore_patterns(".view"))
+    meta = _json.loads((other / "config.json").read_text())
+    meta["config"]["heldout"] = 77
+    (other / "config.json").write_text(_json.dumps(meta))
+    proc, url = _start_view(view_run, other)
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        page.goto(url + "#/diff?a=0&b=1")
+        page.wait_for_selector("#diff-table tr[data-key='heldout']")
+        row = page.locator("#diff-table tr[data-key='heldout']")
+        assert "77" in row.locator("td.diff-b").inner_text()
+        assert "1 key(s) differ" in page.locator("#diff-summary").inner_text()
+    finally:
+        context.close()
+        proc.terminate()
+        proc.wait(timeout=30)

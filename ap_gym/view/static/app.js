@@ -12,13 +12,26 @@ window.APGYM_PUT = (key, payload) => {
   if (waiting[key]) { waiting[key][0](payload); delete waiting[key]; }
 };
 
+const loading = {};        // bundle scripts requested, by src (a chunk holds many keys)
+
+function staticSrc(key) {
+  // episodes are packed in chunks of APGYM_CHUNK (a 100k-episode run is a few dozen files)
+  const m = key.match(/^run\/(\d+)\/episode\/(\d+)$/);
+  if (m && window.APGYM_CHUNK) return `data/run${m[1]}/episodes-${Math.floor((Number(m[2]) - 1) / window.APGYM_CHUNK)}.js`;
+  return "data/" + key.replace(/^run\/(\d+)/, "run$1") + ".js";
+}
+
 function loadStatic(key) {
   if (key in store) return Promise.resolve(store[key]);
   return new Promise((resolve, reject) => {
     waiting[key] = [resolve, reject];
+    const src = staticSrc(key);
+    if (loading[src]) return;
+    loading[src] = true;
     const s = document.createElement("script");
-    s.src = "data/" + key.replace(/^run\/(\d+)/, "run$1") + ".js";
-    s.onerror = () => { delete waiting[key]; reject(new Error("missing from the bundle: " + s.src)); };
+    s.src = src;
+    s.onerror = () => { delete loading[src]; if (waiting[key]) { delete waiting[key]; reject(new Error("missing from the bundle: " + src)); } };
+    s.onload = () => { if (waiting[key]) { delete waiting[key]; reject(new Error(`${key} is not in ${src}`)); } };
     document.head.appendChild(s);
   });
 }
@@ -37,6 +50,17 @@ async function api(key, params) {
   }
   memo[k] = value;
   return value;
+}
+
+async function fresh(key, params) {  // server mode, never memoised: live answers
+  const query = params ? "?" + new URLSearchParams(params).toString() : "";
+  const r = await fetch("api/" + key + query);
+  if (!r.ok) throw new Error(`${r.status}: ${(await r.text()).slice(0, 300)}`);
+  return r.json();
+}
+
+function forgetRun(k) {  // new episodes arrived: answers about the run are stale (episodes themselves are not)
+  for (const key of Object.keys(memo)) if (key.startsWith(`run/${k}/`) && !key.startsWith(`run/${k}/episode/`)) delete memo[key];
 }
 
 // -- small DOM helpers (text always goes through textContent: episodes hold model output) --
@@ -59,6 +83,23 @@ const ci = (pair, d = 2) => pair ? ` [${fmt(pair[0], d)}, ${fmt(pair[1], d)}]` :
 function table(header, rows, attrs) {
   return h("table", attrs, h("thead", {}, h("tr", {}, header.map(x => h("th", {}, x)))),
     h("tbody", {}, rows));
+}
+// A table whose columns sort in the page when their header is clicked (small tables).
+function sortableTable(header, keys, records, makeRow, attrs) {
+  let col = null, desc = false;
+  const tbody = h("tbody", {});
+  const heads = header.map((x, i) => h("th", { class: "sortable", "data-sort": keys[i], onclick: () => {
+    desc = col === keys[i] ? !desc : false; col = keys[i]; draw(); } }, x));
+  function draw() {
+    const sorted = col === null ? records : [...records].sort((a, b) => {
+      const x = a[col], y = b[col];
+      const c = (x === null || x === undefined) ? 1 : (y === null || y === undefined) ? -1 : (x < y ? -1 : x > y ? 1 : 0);
+      return desc ? -c : c; });
+    heads.forEach((th, i) => { th.classList.toggle("sorted-asc", keys[i] === col && !desc); th.classList.toggle("sorted-desc", keys[i] === col && desc); });
+    tbody.replaceChildren(...sorted.map(makeRow));
+  }
+  draw();
+  return h("table", attrs, h("thead", {}, h("tr", {}, heads)), tbody);
 }
 function outcomeTag(o) { return h("span", { class: o }, o === "infrastructure_failure" ? "infra failure" : o); }
 function setStatus(text) { document.getElementById("status").textContent = text || ""; }
@@ -91,9 +132,13 @@ async function render() {
     else if (parts[0] === "episode") view = await viewEpisode(Number(parts[1]), params);
     else if (parts[0] === "compare") view = await viewCompare(params);
     else if (parts[0] === "provenance") view = await viewProvenance(params);
+    else if (parts[0] === "matrix") view = await viewMatrix(params);
+    else if (parts[0] === "search") view = await viewSearch(params);
+    else if (parts[0] === "diff") view = await viewDiff(params);
     else view = await viewRuns(params);
     main.replaceChildren(view);
     setStatus("");
+    if (params.step) { const el = document.querySelector(`.step[data-step="${params.step}"]`); if (el) { el.classList.add("target"); el.scrollIntoView(); } }
   } catch (e) {
     main.replaceChildren(h("p", { class: "error" }, "Could not load this view: " + e.message));
     setStatus("error");
@@ -113,17 +158,24 @@ async function viewRuns() {
   const panels = h("div", { class: "panels" });
   root.appendChild(panels);
   for (const panel of ov.curves) panels.appendChild(curve(panel));
-  const rows = ov.settings.map(s => h("tr", {
+  const settingRow = s => h("tr", {
       class: "clickable", "data-setting": s.setting, "data-iteration": s.iteration,
       onclick: () => { location.hash = href("episodes", settingFilters(s)); } },
     h("td", {}, s.benchmark), h("td", {}, s.backbone || "-"), h("td", {}, s.policy), h("td", {}, s.seed),
     h("td", {}, s.iteration), h("td", {}, s.episodes), h("td", {}, s.infrastructure_failures),
     h("td", { "data-col": "success" }, fmt(s.success_rate) + ci(s.success_ci)),
     h("td", {}, fmt(s.score) + ci(s.score_ci)), h("td", {}, fmt(s.llm_calls, 1) + ci(s.llm_calls_ci, 1)),
-    h("td", {}, fmt(s.tokens, 0) + ci(s.tokens_ci, 0))));
+    h("td", {}, fmt(s.tokens, 0) + ci(s.tokens_ci, 0)));
+  const holder = h("div", {});
+  const drawSettings = text => holder.replaceChildren(sortableTable(["benchmark", "backbone", "policy", "seed", "iteration",
+    "episodes", "infra failures", "success", "score", "LLM calls", "tokens"],
+    ["benchmark", "backbone", "policy", "seed", "iteration", "episodes", "infrastructure_failures", "success_rate", "score",
+      "llm_calls", "tokens"], ov.settings.filter(s => !text || s.setting.toLowerCase().includes(text.toLowerCase())),
+    settingRow, { id: "settings-table" }));
+  drawSettings("");
   root.append(h("h3", {}, "Settings (held-out episodes; 95 % intervals: Wilson for success, normal for means; infrastructure failures excluded from the rates)"),
-    table(["benchmark", "backbone", "policy", "seed", "iteration", "episodes", "infra failures", "success",
-      "score", "LLM calls", "tokens"], rows, { id: "settings-table" }));
+    h("div", { class: "filters" }, h("label", {}, "filter settings", h("input", { id: "settings-filter", type: "search",
+      placeholder: "benchmark, policy, seed…", oninput: e => drawSettings(e.target.value) }))), holder);
   const stats = h("div", { id: "report" }, h("p", { class: "muted" }, "Statistics and audit: computing…"));
   root.append(h("h3", {}, "Statistics and audit (as in ap-gym report)"), stats);
   api(`run/${k}/report`).then(rep => {
@@ -192,12 +244,15 @@ function curve(panel) {
 const FILTERS = ["benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome"];
 const PER_PAGE = 50;
 
-async function queryEpisodes(k, filters, page) {
+async function queryEpisodes(k, filters, page, sort, desc) {
   if (MODE === "server") {
-    return api(`run/${k}/episodes`, Object.assign({}, filters, { page, per_page: PER_PAGE }));
+    const params = Object.assign({}, filters, { page, per_page: PER_PAGE });
+    if (sort) { params.sort = sort; params.desc = desc ? "true" : "false"; }
+    return api(`run/${k}/episodes`, params);
   }
   const all = await api(`run/${k}/episodes`);
-  const rows = all.filter(r => Object.entries(filters).every(([f, v]) => String(r[f]) === String(v)));
+  let rows = all.filter(r => Object.entries(filters).every(([f, v]) => String(r[f]) === String(v)));
+  if (sort) rows = [...rows].sort((a, b) => { const c = a[sort] < b[sort] ? -1 : a[sort] > b[sort] ? 1 : a.id - b.id; return desc ? -c : c; });
   return { rows: rows.slice(page * PER_PAGE, (page + 1) * PER_PAGE), total: rows.length, page, per_page: PER_PAGE };
 }
 
@@ -207,7 +262,9 @@ async function viewEpisodes(params) {
   const filters = {};
   for (const f of FILTERS) if (params[f] !== undefined && params[f] !== "") filters[f] = params[f];
   const page = Number(params.page || 0);
-  const result = await queryEpisodes(k, filters, page);
+  const sort = params.sort || "", desc = params.desc === "1";
+  const result = await queryEpisodes(k, filters, page, sort, desc);
+  const keep = Object.assign({}, filters, sort ? { sort, desc: desc ? "1" : "" } : {});
   const bar = h("div", { class: "filters" }, FILTERS.map(f => {
     const values = ov.facets[f] || [];
     const sel = h("select", { "data-filter": f, onchange: e => {
@@ -218,17 +275,23 @@ async function viewEpisodes(params) {
   }));
   const pages = Math.max(1, Math.ceil(result.total / PER_PAGE));
   const pager = h("div", { class: "pager" },
-    h("button", { disabled: page <= 0, onclick: () => { location.hash = href("episodes", Object.assign({}, filters, { page: page - 1 })); } }, "‹ previous"),
+    h("button", { disabled: page <= 0, onclick: () => { location.hash = href("episodes", Object.assign({}, keep, { page: page - 1 })); } }, "‹ previous"),
     h("span", { id: "episode-count" }, `${result.total} episodes · page ${page + 1} of ${pages}`),
-    h("button", { disabled: page + 1 >= pages, onclick: () => { location.hash = href("episodes", Object.assign({}, filters, { page: page + 1 })); } }, "next ›"));
+    h("button", { disabled: page + 1 >= pages, onclick: () => { location.hash = href("episodes", Object.assign({}, keep, { page: page + 1 })); } }, "next ›"));
   const rows = result.rows.map(r => h("tr", { class: "clickable", "data-episode-id": r.id, onclick: () => { location.hash = href(`episode/${r.id}`); } },
     h("td", {}, r.id), h("td", {}, r.benchmark), h("td", {}, r.backbone || "-"), h("td", {}, r.policy), h("td", {}, r.seed),
     h("td", {}, r.phase), h("td", {}, r.iteration), h("td", {}, r.task_family), h("td", {}, r.task_id),
     h("td", {}, outcomeTag(r.outcome)), h("td", {}, fmt(r.score)), h("td", {}, r.num_steps), h("td", {}, r.llm_calls),
     h("td", {}, r.mode || "-")));
+  const cols = [["id", "id"], ["benchmark", "benchmark"], ["backbone", "backbone"], ["policy", "policy"], ["seed", "seed"],
+    ["phase", "phase"], ["iteration", "iteration"], ["family", "task_family"], ["task", "task_id"], ["outcome", "outcome"],
+    ["score", "score"], ["steps", "num_steps"], ["LLM calls", "llm_calls"], ["mode", "mode"]];
+  const sortable = new Set(ov.sorts || cols.map(c => c[1]));
+  const heads = cols.map(([label, key]) => sortable.has(key) ? h("th", { class: "sortable" + (sort === key ? (desc ? " sorted-desc" : " sorted-asc") : ""),
+    "data-sort": key, onclick: () => { location.hash = href("episodes", Object.assign({}, filters, { sort: key, desc: sort === key && !desc ? "1" : "" })); } }, label)
+    : h("th", {}, label));
   return h("section", { id: "view-episodes" }, h("h2", {}, "Episodes"), bar, pager,
-    table(["id", "benchmark", "backbone", "policy", "seed", "phase", "iteration", "family", "task", "outcome", "score",
-      "steps", "LLM calls", "mode"], rows, { id: "episodes-table" }));
+    h("table", { id: "episodes-table" }, h("thead", {}, h("tr", {}, heads)), h("tbody", {}, rows)));
 }
 
 // -- One episode ------------------------------------------------------------------------
@@ -237,7 +300,8 @@ function stepView(step, n) {
   return h("div", { class: "step" + (step.parse_failure ? " parse-failure" : ""), "data-step": n },
     h("div", {}, h("span", { class: "muted" }, `step ${n} · `), h("span", { class: "action" }, step.action),
       step.parse_failure ? h("span", { class: "tag flagged" }, "parse failure") : null,
-      h("span", { class: "muted" }, ` · reward ${fmt(step.reward)} · score ${fmt(step.score)}`)),
+      h("span", { class: "muted" }, ` · reward ${fmt(step.reward)} · score ${fmt(step.score)}`),
+      step.seconds !== undefined && step.seconds !== null ? h("span", { class: "muted", "data-seconds": step.seconds }, ` · ${fmt(step.seconds, 3)} s`) : null),
     step.reasoning ? h("div", {}, h("i", {}, "reasoning: "), step.reasoning) : null,
     h("pre", { class: "observation" }, step.observation),
     cands.length ? h("details", {}, h("summary", {}, `candidate scores (${cands.length})`),
@@ -294,11 +358,19 @@ async function viewEpisode(id) {
       `${x.benchmark} · ${x.backbone || ""} ${x.policy} seed ${x.seed} · ${x.phase} iteration ${x.iteration} · LLM calls ${x.usage ? x.usage.llm_calls : "?"}`),
     x.error ? h("p", { class: "error" }, x.error) : null,
     h("p", {}, h("b", {}, "instruction: "), h("span", { id: "instruction" }, x.instruction)),
-    h("p", {}, h("a", { href: href("compare", { a: id, task_id: x.task_id }) }, "compare with another episode of this task")));
+    h("p", {}, h("a", { href: href("compare", { a: id, task_id: x.task_id }) }, "compare with another episode of this task"), " · ",
+      h("a", { id: "export", href: "#", onclick: e => { e.preventDefault(); exportEpisode(k, id, x); } }, "export as JSON")));
   const steps = h("div", { id: "timeline" }, h("h3", {}, "Timeline"),
     h("details", {}, h("summary", {}, "initial observation"), h("pre", {}, x.initial_observation)),
     (x.steps || []).map((s, i) => stepView(s, i + 1)));
   return h("section", { id: "view-episode", "data-episode-id": id }, head, h("div", { class: "episode" }, steps, decisionView(ep)));
+}
+
+function exportEpisode(k, id, line) {
+  if (MODE === "server") { location.href = `api/run/${k}/episode/${id}/export`; return; }
+  const a = h("a", { href: URL.createObjectURL(new Blob([JSON.stringify(line, null, 1)], { type: "application/json" })),
+    download: `run${k}-episode${id}.json` });
+  document.body.appendChild(a); a.click(); a.remove();
 }
 
 // -- Compare ----------------------------------------------------------------------------
@@ -422,6 +494,130 @@ function graph(entry, selected) {
   return svg;
 }
 
+// -- Task x policy matrix ----------------------------------------------------------------
+async function matrixData(k, benchmark, iteration, split) {
+  if (MODE === "server") {
+    const p = { split_seeds: split ? "true" : "false" };
+    if (benchmark) p.benchmark = benchmark;
+    if (iteration !== "") p.iteration = iteration;
+    return api(`run/${k}/matrix`, p);
+  }
+  const rows = (await api(`run/${k}/episodes`)).filter(r => r.phase === "eval");
+  const benchmarks = [...new Set(rows.map(r => r.benchmark))].sort();
+  benchmark = benchmark || benchmarks[0];
+  const mine = rows.filter(r => r.benchmark === benchmark);
+  const last = {};
+  for (const r of mine) last[r.setting] = Math.max(last[r.setting] ?? -1, r.iteration);
+  const cells = {}, columns = new Set();
+  for (const r of mine) {
+    if (r.iteration !== (iteration !== "" ? Number(iteration) : last[r.setting]) || r.outcome === "infrastructure_failure") continue;
+    const c = split ? `${r.policy} seed${r.seed}` : r.policy;
+    columns.add(c);
+    const cell = ((cells[r.task_id] ||= {})[c] ||= { n: 0, won: 0 });
+    cell.n += 1; cell.won += r.success ? 1 : 0;
+  }
+  return { benchmark, benchmarks, columns: [...columns].sort(), rows: Object.keys(cells).sort().map(t => ({ task_id: t, cells: cells[t] })) };
+}
+
+async function viewMatrix(params) {
+  const k = currentRun();
+  const split = params.split === "1", iteration = params.iteration ?? "";
+  const m = await matrixData(k, params.benchmark || "", iteration, split);
+  const go = change => { location.hash = href("matrix", Object.assign({ benchmark: m.benchmark, iteration, split: split ? "1" : "" }, change)); };
+  const root = h("section", { id: "view-matrix" }, h("h2", {}, "Held-out success: task × policy"),
+    h("p", { class: "muted" }, "Each cell: episodes won / played at the iteration chosen (default: each setting's last), infrastructure failures left out. Click a cell to compare that task's episodes."),
+    h("div", { class: "filters" },
+      h("label", {}, "benchmark", h("select", { "data-matrix": "benchmark", onchange: e => go({ benchmark: e.target.value }) },
+        m.benchmarks.map(b => h("option", { value: b, selected: b === m.benchmark }, b)))),
+      h("label", {}, "iteration (empty: last)", h("input", { "data-matrix": "iteration", type: "number", min: 0, value: iteration,
+        onchange: e => go({ iteration: e.target.value }) })),
+      h("label", {}, "seeds apart", h("input", { "data-matrix": "split", type: "checkbox", checked: split, onchange: e => go({ split: e.target.checked ? "1" : "" }) }))));
+  const shade = c => { const r = c.n ? c.won / c.n : 0; return `background: rgba(26,127,55,${(0.1 + 0.6 * r).toFixed(2)})`; };
+  const rows = m.rows.map(r => h("tr", { "data-task": r.task_id }, h("th", {}, r.task_id), m.columns.map(c => {
+    const cell = r.cells[c];
+    return cell ? h("td", { class: "cell", style: shade(cell), "data-column": c, title: `${r.task_id} · ${c}`,
+      onclick: () => { location.hash = href("compare", { task_id: r.task_id }); } }, `${cell.won}/${cell.n}`) : h("td", { class: "cell muted" }, "–");
+  })));
+  const totals = h("tr", {}, h("th", {}, "all tasks"), m.columns.map(c => {
+    const n = m.rows.reduce((a, r) => a + (r.cells[c]?.n || 0), 0), won = m.rows.reduce((a, r) => a + (r.cells[c]?.won || 0), 0);
+    return h("td", { class: "cell" }, n ? `${won}/${n} (${fmt(won / n)})` : "–");
+  }));
+  root.append(table(["task", ...m.columns], [...rows, totals], { class: "matrix", id: "matrix-table" }));
+  return root;
+}
+
+// -- Search -------------------------------------------------------------------------------
+async function viewSearch(params) {
+  const k = currentRun();
+  const q = params.q || "";
+  document.getElementById("search-box").value = q;
+  const root = h("section", { id: "view-search" }, h("h2", {}, q ? `Search: ${q}` : "Search"));
+  if (MODE === "static") { root.append(h("p", {}, "Search needs the viewer's server: run `ap-gym view RUN`.")); return root; }
+  if (!q) { root.append(h("p", { class: "muted" }, "Type words in the box above: instructions, guidance, actions and observations are searched.")); return root; }
+  const res = await fresh(`run/${k}/search`, { q, limit: 100 });
+  const st = res.status;
+  root.append(h("p", { class: "muted", id: "search-status" }, `${res.hits.length} hit(s)` + (st.ready ? "" : ` · the search index holds ${st.indexed} of ${st.episodes} episodes so far`)));
+  root.append(h("ol", { class: "hits", id: "search-hits" }, res.hits.map(hit => h("li", { "data-episode": hit.episode, "data-step": hit.step },
+    h("a", { href: href(`episode/${hit.episode}`, hit.step >= 0 ? { step: hit.step + 1 } : {}) },
+      `episode ${hit.episode} · ${hit.row.task_id} · ${hit.row.policy} seed ${hit.row.seed} · ${hit.row.phase} it ${hit.row.iteration} · ${hit.step >= 0 ? "step " + (hit.step + 1) : hit.field}`),
+    h("div", { class: "snippet" }, hit.snippet)))));
+  return root;
+}
+
+// -- Config diff --------------------------------------------------------------------------
+function flatten(value, prefix, out) {
+  if (value && typeof value === "object" && !Array.isArray(value)) {
+    for (const [k, v] of Object.entries(value)) flatten(v, prefix + k + ".", out);
+  } else if (Array.isArray(value) && value.length && value.every(v => v && typeof v === "object" && "label" in v)) {
+    flatten(Object.fromEntries(value.map(v => [v.label, v])), prefix, out);
+  } else out[prefix.replace(/\.$/, "")] = value;
+  return out;
+}
+
+async function viewDiff(params) {
+  const runs = await api("runs");
+  const a = Number(params.a ?? 0), b = Number(params.b ?? (runs.length > 1 ? 1 : 0));
+  const pick = (side, cur) => h("label", {}, `run ${side.toUpperCase()}`, h("select", { "data-diff": side, onchange: e => {
+    const p = { a, b }; p[side] = e.target.value; location.hash = href("diff", p); } },
+    runs.map(r => h("option", { value: r.run, selected: r.run === cur }, r.name))));
+  const root = h("section", { id: "view-diff" }, h("h2", {}, "Config diff between two runs"), h("div", { class: "filters" }, pick("a", a), pick("b", b)));
+  let diff;
+  if (MODE === "server") diff = await api("diff", { a, b });
+  else {
+    const [ca, cb] = await Promise.all([api(`run/${a}/config`), api(`run/${b}/config`)]);
+    const fa = flatten(ca || {}, "", {}), fb = flatten(cb || {}, "", {});
+    const keys = [...new Set([...Object.keys(fa), ...Object.keys(fb)])].sort();
+    const same = x => JSON.stringify(fa[x]) === JSON.stringify(fb[x]);
+    diff = { differences: keys.filter(x => !same(x)).map(x => ({ key: x, a: fa[x], b: fb[x] })), same: keys.filter(same).length };
+  }
+  const show = v => v === undefined ? "(absent)" : JSON.stringify(v);
+  root.append(h("p", { class: "muted", id: "diff-summary" }, `${diff.differences.length} key(s) differ, ${diff.same} the same`),
+    table(["key", runs[a].name, runs[b].name], diff.differences.map(d => h("tr", { "data-key": d.key }, h("td", {}, d.key),
+      h("td", { class: "diff-a" }, show(d.a)), h("td", { class: "diff-b" }, show(d.b)))), { id: "diff-table" }));
+  return root;
+}
+
+// -- live: a run still being written -------------------------------------------------------
+let lastCount = null;
+async function poll() {
+  const k = currentRun();
+  try {
+    const st = await fresh(`run/${k}/status`);
+    const badge = document.getElementById("live");
+    badge.hidden = false;
+    badge.classList.toggle("done", !st.live);
+    badge.textContent = (st.live ? "live · " : "finished · ") + `${st.episodes} episodes` +
+      (st.live && st.last_write_s !== null ? ` · last written ${Math.round(st.last_write_s)} s ago` : "");
+    badge.dataset.episodes = st.episodes;
+    if (lastCount !== null && st.episodes !== lastCount) {
+      forgetRun(k);
+      const view = route().parts[0];
+      if (["runs", "episodes", "matrix", ""].includes(view)) await render();
+    }
+    lastCount = st.episodes;
+  } catch (e) { /* the server may be restarting: try again next time */ }
+}
+
 // -- boot ---------------------------------------------------------------------------------
 async function boot() {
   const runs = await api("runs");
@@ -431,6 +627,10 @@ async function boot() {
   sel.value = String(currentRun());
   sel.addEventListener("change", () => { location.hash = "#/runs?run=" + sel.value; });
   window.addEventListener("hashchange", render);
+  document.getElementById("search-form").addEventListener("submit", e => {
+    e.preventDefault(); location.hash = href("search", { q: document.getElementById("search-box").value }); });
+  if (MODE === "static") { document.getElementById("search-form").hidden = true; }
   await render();
+  if (MODE === "server") { await poll(); setInterval(poll, Number(window.APGYM_POLL_MS || 2000)); }
 }
 boot().catch(e => { document.getElementById("main").replaceChildren(h("p", { class: "error" }, "Could not start: " + e.message)); });

@@ -1,0 +1,148 @@
+"""Full-text search over a run: instructions, guidance, actions and observations.
+
+The run index (:mod:`ap_gym.view.index`) never parses an episode's steps, so that a run
+opens at once. Search needs them: :class:`SearchIndex` reads each episode line once, in
+batches, into an SQLite FTS5 table beside the run index (``search.sqlite``), one document
+per instruction, guidance block and step, each pointing at its episode and step. It
+catches up as the run index does (episodes past the last one it read), and starts over
+when the run index was rebuilt (its episode ids changed). The viewer builds it in a
+background thread, so the first page never waits for it; until it is complete, search
+answers from what it holds and says how far it got.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from ap_gym.protocol.results import EPISODES
+
+__all__ = ["SearchIndex"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(text, episode UNINDEXED, step UNINDEXED, field UNINDEXED,
+                                                    tokenize='unicode61');
+"""
+#: Characters of one observation kept in the index (the start of a long page is what a
+#: reader searches for; the whole line stays one click away).
+MAX_CHARS = 2000
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class SearchIndex:
+    """The search index of one run index; see the module docstring.
+
+    Args:
+        index: the run's :class:`~ap_gym.view.index.RunIndex`.
+        batch: episodes read per transaction while catching up.
+    """
+
+    def __init__(self, index: Any, batch: int = 2000) -> None:
+        self.index = index
+        self.path = Path(index.path).with_name("search.sqlite")
+        self.batch = batch
+        self._lock = threading.Lock()
+        self._write = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+        self._write.executescript("PRAGMA journal_mode=WAL;" + _SCHEMA)
+        self._read: sqlite3.Connection | None = None
+        self._follow()
+
+    def _follow(self) -> None:
+        """Read the run index through a connection of our own (the background thread's), and
+        start over when the run index was rebuilt: its episode ids mean other episodes."""
+        if self._read is not None and self._meta("build") == self.index.build_id:
+            return
+        if self._read is not None:
+            self._read.close()
+        self._read = sqlite3.connect(f"file:{self.index.path}?mode=ro", uri=True, check_same_thread=False,
+                                     timeout=30)
+        self._read.row_factory = sqlite3.Row
+        if self._meta("build") != self.index.build_id:
+            with self._write:
+                self._write.execute("DELETE FROM docs")
+                self._write.execute("INSERT OR REPLACE INTO meta VALUES ('build', ?)", (self.index.build_id,))
+                self._write.execute("INSERT OR REPLACE INTO meta VALUES ('last', '0')")
+
+    def _meta(self, key: str) -> str | None:
+        row = self._write.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    @property
+    def last(self) -> int:
+        return int(self._meta("last") or 0)
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            self._follow()
+            assert self._read is not None
+            total = self._read.execute("SELECT COALESCE(MAX(id), 0) FROM episodes").fetchone()[0]
+        done = min(self.last, total)
+        return {"indexed": done, "episodes": total, "ready": done >= total}
+
+    def catch_up(self, limit: int | None = None) -> int:
+        """Read the episodes the run index holds past the last one indexed (at most
+        ``limit``); returns how many were read."""
+        with self._lock:
+            self._follow()
+            assert self._read is not None
+            read = 0
+            while limit is None or read < limit:
+                rows = self._read.execute(
+                    "SELECT id, file, offset, length FROM episodes WHERE id > ? ORDER BY id LIMIT ?",
+                    (self.last, self.batch)).fetchall()
+                if not rows:
+                    break
+                docs: list[tuple[str, int, int, str]] = []
+                for r in rows:
+                    docs += _documents(self.index.run / r["file"] / EPISODES, r["id"], r["offset"], r["length"])
+                with self._write:
+                    self._write.executemany("INSERT INTO docs (text, episode, step, field) VALUES (?,?,?,?)", docs)
+                    self._write.execute("INSERT OR REPLACE INTO meta VALUES ('last', ?)", (str(rows[-1]["id"]),))
+                read += len(rows)
+            return read
+
+    def search(self, query: str, limit: int = 50) -> list[dict[str, Any]]:
+        """Documents matching every word of ``query`` (any order), best first: the episode,
+        the step (-1 for the instruction and the guidance), the field and a snippet."""
+        words = _WORD.findall(query or "")
+        if not words:
+            return []
+        match = " ".join('"' + w.replace('"', "") + '"' for w in words[:12])
+        with self._lock:
+            rows = self._write.execute(
+                "SELECT episode, step, field, snippet(docs, 0, '[', ']', '...', 12) FROM docs WHERE docs MATCH ? "
+                "ORDER BY rank LIMIT ?", (match, max(1, min(int(limit), 500)))).fetchall()
+        return [{"episode": int(e), "step": int(s), "field": f, "snippet": snip} for e, s, f, snip in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._write.close()
+            if self._read is not None:
+                self._read.close()
+
+
+def _documents(path: Path, episode: int, offset: int, length: int) -> list[tuple[str, int, int, str]]:
+    """An episode line's searchable texts: (text, episode, step, field)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            line = json.loads(f.read(length))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(line, dict):
+        return []
+    out = [(str(line.get("instruction") or "")[:MAX_CHARS], episode, -1, "instruction")]
+    info = line.get("policy_info")
+    if isinstance(info, dict) and isinstance(info.get("guidance"), str) and info["guidance"]:
+        out.append((info["guidance"][:MAX_CHARS], episode, -1, "guidance"))
+    steps = line.get("steps")
+    for n, step in enumerate(steps if isinstance(steps, list) else []):
+        if isinstance(step, dict):
+            out.append((f"{step.get('action') or ''}\n{str(step.get('observation') or '')[:MAX_CHARS]}", episode, n,
+                        "step"))
+    return [d for d in out if d[0].strip()]
