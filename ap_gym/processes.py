@@ -12,22 +12,53 @@ pickled by reference, so a target is a module-level function.
 
 A child asks Linux to kill it when its parent dies (the parent-death signal), and checks
 that its parent is still the one that started it after asking: a parent killed while
-the child was starting leaves no orphan.
+the child was starting leaves no orphan. A killed process cannot remove its temporary
+files either, so :func:`owned_tempdir` names the owner in the directory, and the next
+process to make one removes those whose owner is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Child", "die_with_parent"]
+__all__ = ["Child", "die_with_parent", "owned_tempdir", "process_alive"]
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def owned_tempdir(prefix: str) -> Path:
+    """A new temporary directory named after this host and process; first, the ones of
+    this prefix that a process on this host left behind when it was killed are removed.
+
+    A worker killed with its driver (SIGKILL) never reaches its ``finally``; without this,
+    each killed run left its workers' scratch memories in the temporary directory.
+    """
+    host = socket.gethostname().replace("_", "-")
+    root = Path(tempfile.gettempdir())
+    for stale in root.glob(f"{prefix}{host}_*_*"):
+        pid = stale.name[len(prefix) + len(host) + 1:].split("_", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{host}_{os.getpid()}_"))
 
 
 def die_with_parent(parent: int | None = None) -> None:
@@ -57,7 +88,8 @@ class Child:
     Args:
         target: a module-level function (pickled by reference).
         args: its arguments after the connection (they must pickle).
-        name: shown in errors.
+        name: shown in errors and in ``ps`` (the child's last argument), so a person can
+            tell a worker from an engine.
         env: extra environment variables for the child (``None`` values are removed).
     """
 
@@ -72,7 +104,7 @@ class Child:
             else:
                 environ[key] = value
         fd = theirs.fileno()
-        self._popen = subprocess.Popen([sys.executable, "-m", "ap_gym.processes", str(fd), str(os.getpid())],
+        self._popen = subprocess.Popen([sys.executable, "-m", "ap_gym.processes", str(fd), str(os.getpid()), name],
                                        pass_fds=(fd,), env=environ, stdin=subprocess.DEVNULL)
         theirs.close()
         with contextlib.suppress(OSError):  # it died at once: exitcode says how, the first recv raises

@@ -17,9 +17,10 @@ from typing import Any
 import yaml
 
 from ap_gym.envs.base import StartResult, StepResult, TextEnv
+from ap_gym.processes import process_alive
 
 __all__ = ["CHOOSE", "TINY_AGENT", "Counter", "Dial", "register_dial", "ap_config", "config", "eval_results", "kill_resume_and_compare",
-           "labeller_for"]
+           "labeller_for", "process_alive", "stop_run"]
 
 #: Options that keep the tiny backbone's episodes short.
 TINY_AGENT = {"agent": {"action_mode": "generate", "generation": {"max_new_tokens": 3}},
@@ -51,15 +52,6 @@ class Counter(TextEnv):
         if action == "quit":
             return StepResult("You gave up.", float(self.n), lost=True)
         return StepResult("Nothing happens.", float(self.n), admissible_commands=["add", "quit"])
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 def config(tmp_path: Path, **kw: Any) -> dict[str, Any]:
@@ -106,6 +98,19 @@ def _kill_when(path: Path, proc: subprocess.Popen, predicate, timeout: float = 2
     raise AssertionError("timed out waiting for the kill point")
 
 
+def stop_run(tmp_path: Path, data: dict, kill_at, sig: int = signal.SIGKILL) -> tuple[subprocess.Popen, list[str]]:
+    """Run ``data`` (out: tmp_path/killed) with the CLI and send ``sig`` when ``kill_at(lines)``;
+    the stopped process (stderr piped) and the command that resumes it."""
+    cfg_file = tmp_path / "cfg.yaml"
+    cfg_file.write_text(yaml.safe_dump(data))
+    cmd = [sys.executable, "-m", "ap_gym.cli", "run", str(cfg_file)]
+    proc = subprocess.Popen(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    _kill_when(tmp_path / "killed/t/textworld/anti_persistence/seed0/episodes.jsonl", proc, kill_at, sig=sig)
+    assert not (tmp_path / "killed/t/summary.json").exists()
+    return proc, cmd
+
+
 def kill_resume_and_compare(tmp_path: Path, data: dict, kill_at, clean_overrides: dict | None = None,
                             sig: int = signal.SIGKILL) -> subprocess.Popen:
     """Run ``data`` (out: tmp_path/killed) with the CLI, send ``sig`` when ``kill_at(lines)``,
@@ -113,14 +118,9 @@ def kill_resume_and_compare(tmp_path: Path, data: dict, kill_at, clean_overrides
     (its stderr is piped)."""
     from ap_gym.protocol import RunConfig, run
 
-    cfg_file = tmp_path / "cfg.yaml"
-    cfg_file.write_text(yaml.safe_dump(data))
-    cmd = [sys.executable, "-m", "ap_gym.cli", "run", str(cfg_file)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _kill_when(tmp_path / "killed/t/textworld/anti_persistence/seed0/episodes.jsonl", proc, kill_at, sig=sig)
-    assert not (tmp_path / "killed/t/summary.json").exists()
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, cmd = stop_run(tmp_path, data, kill_at, sig)
+    subprocess.run(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
     resumed = json.loads((tmp_path / "killed/t/summary.json").read_text())
     clean = run(RunConfig.from_dict({**data, **(clean_overrides or {}), "out": str(tmp_path / "clean")}),
                 progress=False)

@@ -48,9 +48,13 @@ def _serve(conn: Connection, config: RunConfig, first: EvalJob, threads: int) ->
             if job is None:
                 break
             try:
-                conn.send(("ok", worker.run(job)))
+                answer = ("ok", worker.run(job))
             except Exception:
-                conn.send(("error", traceback.format_exc()))
+                answer = ("error", traceback.format_exc())
+            try:
+                conn.send(answer)
+            except OSError:
+                break  # the driver stopped (a signal) or died: nobody is left to tell
     finally:
         worker.close()
 

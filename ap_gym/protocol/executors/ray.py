@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ap_gym.processes import owned_tempdir
 from ap_gym.protocol.config import RunConfig
 from ap_gym.protocol.executors.base import EvalJob, EvalResult, infra_results
 from ap_gym.protocol.executors.worker import Worker
@@ -57,7 +57,7 @@ class _RayEvalWorker:
             if self._snapshot is None or self._snapshot[0] != job.snapshot:
                 if self._snapshot is not None:
                     shutil.rmtree(self._snapshot[1], ignore_errors=True)
-                local = tempfile.mkdtemp(prefix="ap_gym_snapshot_")
+                local = str(owned_tempdir("ap_gym_snapshot_"))
                 for name, data in ray.get(snapshot_ref[0]).items():
                     (Path(local) / name).write_bytes(data)
                 self._snapshot = (job.snapshot, local)

@@ -7,11 +7,12 @@ a snapshot once) and its models between jobs, and frees them in ``close``.
 
 from __future__ import annotations
 
-import contextlib
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from ap_gym.processes import owned_tempdir
 from ap_gym.protocol.config import RunConfig, import_modules
 from ap_gym.protocol.executors.base import EvalJob, EvalResult
 from ap_gym.protocol.setting import (
@@ -48,7 +49,7 @@ class Worker:
         self._policies: list[Any] = []
         self._policy_key: Any = None
         self._batcher: Any = None
-        self._tmp = tempfile.TemporaryDirectory(prefix="ap_gym_worker_")
+        self._tmp = owned_tempdir("ap_gym_worker_")
 
     def warm(self, benchmark: str, backbone: str | None = None) -> None:
         """Load the model and the envs now (as a worker starts), not in its first episode."""
@@ -86,7 +87,7 @@ class Worker:
                 backbones = [self._batcher.lane(i) for i in range(lanes)]
             # a served backbone is thread-safe: the lanes' requests simply run concurrently
         for lane in range(lanes):
-            db = Path(tempfile.mkdtemp(dir=self._tmp.name)) / "memory.sqlite"
+            db = Path(tempfile.mkdtemp(dir=self._tmp)) / "memory.sqlite"
             policy = build_policy(spec, self.config, db, job.seed, self.resources, backbone=backbones[lane],
                                   backbone_label=job.backbone, benchmark=job.benchmark)
             if job.snapshot and info.stateful:
@@ -131,5 +132,4 @@ class Worker:
     def close(self) -> None:
         self._close_envs()
         self._close_policies()
-        with contextlib.suppress(OSError):
-            self._tmp.cleanup()
+        shutil.rmtree(self._tmp, ignore_errors=True)

@@ -1,0 +1,39 @@
+"""Temporary directories a killed process leaves are removed by the next one, never those
+of a process that still runs."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ap_gym.processes import owned_tempdir, process_alive
+
+
+def test_a_killed_owners_directory_goes_and_a_live_ones_stays(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    host = socket.gethostname().replace("_", "-")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert not process_alive(dead.pid)
+    left = tmp_path / f"ap_gym_worker_{host}_{dead.pid}_abc"
+    (left / "scratch").mkdir(parents=True)
+    (left / "scratch" / "memory.sqlite").write_text("x")
+    live = tmp_path / f"ap_gym_worker_{host}_{os.getppid()}_def"  # the parent runs
+    live.mkdir()
+    other_host = tmp_path / f"ap_gym_worker_elsewhere_{dead.pid}_ghi"  # another machine's: not ours to judge
+    other_host.mkdir()
+    other_prefix = tmp_path / f"ap_gym_snapshot_{host}_{dead.pid}_jkl"
+    other_prefix.mkdir()
+
+    mine = owned_tempdir("ap_gym_worker_")
+    assert mine.is_dir() and mine.parent == tmp_path and f"_{os.getpid()}_" in mine.name
+    assert not left.exists() and live.exists() and other_host.exists() and other_prefix.exists()
+    again = owned_tempdir("ap_gym_worker_")  # its own earlier directory is never swept
+    assert mine.exists() and again != mine
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [live.name, other_host.name, other_prefix.name, mine.name, again.name])
+    assert Path(tempfile.gettempdir()) == tmp_path
