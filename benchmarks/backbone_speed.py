@@ -7,8 +7,12 @@ order, each side warmed once before the first round:
   same backbone with ``reuse_cache`` on and off, in both acting modes: ``choose`` (score
   the admissible commands, ap-gym's default) and ``react`` (generate a command).
 * **One-pass scoring**: all candidates packed into one forward pass with a tree mask,
-  against the fair baseline, one forward per candidate over the *cached* prompt prefix
-  (the prompt is prefilled once for both; neither re-prefills).
+  against the fair baseline a competent user would write: the prompt prefilled once and
+  every candidate scored in one *batched* forward over that cached prefix (right-padded
+  to the longest candidate), on a ScienceWorld-sized set (204 candidates). Neither side
+  re-prefills. The bound: both sides compute every candidate token once, so on a CPU
+  (compute-bound) the packed pass saves only the batch's padding; the script prints that
+  bound (padded tokens / real tokens) beside the ratio.
 * **Batched generation**: 8 prompts in one batch against 8 batches of one, through the
   same decode path (``generate_batch``).
 
@@ -54,16 +58,33 @@ def episode(backbone: TransformersBackbone, steps: int, mode: str) -> float:
     return time.perf_counter() - t
 
 
-def per_candidate(backbone: TransformersBackbone, messages: list[dict[str, str]], candidates: list[str]) -> list[float]:
-    """The fair baseline: the prompt's KV cache computed once, then one forward per
-    candidate over it (the cache cropped back to the prompt after each)."""
+def batched_candidates(backbone: TransformersBackbone, messages: list[dict[str, str]],
+                       candidates: list[str]) -> list[float]:
+    """The fair baseline: the prompt's KV cache computed once, then every candidate in one
+    batched forward over it (the cache repeated per row, candidates right-padded)."""
+    import copy
+
     cand_ids = backbone._candidate_ids(candidates)
     with torch.inference_mode():
-        ids, _ = backbone._encode_prompt(messages, max(len(c) for c in cand_ids) + 1)
+        ids, _ = backbone.encode_prompt(messages, max(len(c) for c in cand_ids) + 1)
         first = torch.log_softmax(backbone._prefill(ids).float(), -1)
-        totals = [0.0] * len(candidates)
-        for i in range(len(candidates)):
-            backbone._score_chunk([i], cand_ids, len(ids), first, totals)
+        prefix, rows = len(ids), len(cand_ids)
+        width = max(len(c) for c in cand_ids) - 1
+        totals = [float(first[c[0]]) for c in cand_ids]
+        if width > 0:
+            cache = copy.deepcopy(backbone._main.kv)
+            cache.batch_repeat_interleave(rows)
+            pad = backbone.tokenizer.pad_token_id or 0
+            tokens = torch.tensor([c[:-1] + [pad] * (width - len(c) + 1) for c in cand_ids], device=backbone.device)
+            mask = torch.tensor([[1] * prefix + [1] * (len(c) - 1) + [0] * (width - len(c) + 1) for c in cand_ids],
+                                device=backbone.device)
+            positions = torch.arange(prefix, prefix + width, device=backbone.device).expand(rows, width)
+            logits = backbone.model(input_ids=tokens, attention_mask=mask, position_ids=positions,
+                                    past_key_values=cache, use_cache=True).logits
+            logp = torch.log_softmax(logits.float(), -1)
+            for i, c in enumerate(cand_ids):
+                for j, t in enumerate(c[1:]):
+                    totals[i] += float(logp[i, j, t])
     return totals
 
 
@@ -106,18 +127,21 @@ def main() -> None:
                     f"{computed:,.0f} prompt tokens computed, {reused:,.0f} reused |")
         print(rows[-1], flush=True)
 
-    # one-pass scoring against per-candidate scoring over the cached prefix
-    candidates = [f"{a} {i}" for i in range(4) for a in ACTIONS]
+    # one-pass scoring against the batched candidates over the cached prefix (ScienceWorld-sized)
+    candidates = [f"{a} {i}" for i in range(17) for a in ACTIONS]
     messages = [{"role": "user", "content": OBS * 4}]
     packed_scores = plain.score(messages, candidates)
-    each_scores = per_candidate(plain, messages, candidates)
-    agree = max(abs(x - y) for x, y in zip(packed_scores, each_scores, strict=True))
-    one, each = side_by_side(lambda: plain.score(messages, candidates),
-                             lambda: per_candidate(plain, messages, candidates), args.repeats)
+    batch_scores = batched_candidates(plain, messages, candidates)
+    agree = max(abs(x - y) for x, y in zip(packed_scores, batch_scores, strict=True))
+    one, batch = side_by_side(lambda: plain.score(messages, candidates),
+                              lambda: batched_candidates(plain, messages, candidates), args.repeats)
+    cand_ids = plain._candidate_ids(candidates)
+    real = sum(len(c) - 1 for c in cand_ids)
+    padded = len(cand_ids) * (max(len(c) for c in cand_ids) - 1)
     rows.append(f"| scoring {len(candidates)} candidates ({packed_scores.candidate_tokens} tokens) after a "
-                f"{packed_scores.prompt_tokens}-token prompt | one pass {spread(one, 3)} s | one forward per candidate "
-                f"over the cached prompt {spread(each, 3)} s | **{ratio_spread(each, one)}x** | largest score "
-                f"difference {agree:.1e} |")
+                f"{packed_scores.prompt_tokens}-token prompt | one pass, packed {spread(one, 3)} s | prefix once, "
+                f"candidates batched {spread(batch, 3)} s | **{ratio_spread(batch, one)}x** | bound on a CPU: padded/"
+                f"real tokens = {padded}/{real} = {padded / max(real, 1):.2f}; largest score difference {agree:.1e} |")
     print(rows[-1], flush=True)
 
     # batched generation against batches of one, same decode path
@@ -149,10 +173,13 @@ def main() -> None:
         "| what | ours | baseline | ratio | note |", "|---|---|---|---|---|", *rows, "",
         f"Prefill {statistics.median(pre):,.0f} tokens/s ({c.prompt_tokens}-token prompt), decode "
         f"{statistics.median(dec):,.1f} tokens/s (medians).", "",
-        "Targets: KV reuse >= 5x over re-prefilling on a 30-step episode; one-pass scoring >= 3x over per-candidate "
-        "scoring over the cached prefix. What limits one-pass scoring: the packed pass costs what its tokens cost; "
-        "the baseline pays a forward pass's fixed cost (weights read, kernels launched) once per candidate, so the "
-        "ratio grows with the number of candidates and shrinks as candidates get longer."])
+        "Targets: KV reuse >= 5x over re-prefilling on a 30-step episode; one-pass scoring >= 3x over the fair "
+        "baseline (prefix once, candidates batched) or the bound shown. The bound: both sides compute each candidate "
+        "token once over the same cached prefix, and on this CPU a forward pass costs what its tokens cost "
+        "(compute-bound: prefill runs at the tokens/s below whatever the batch shape), so packing saves only the "
+        "batch's padding (the padded/real ratio in the note), plus the per-row attention over the prefix. On a GPU, "
+        "where a pass of a few thousand tokens costs about its fixed launch cost, both sides are one pass and the "
+        "ratio tends to 1: the packed pass's gain there is memory (no per-row copy of the prefix's cache)."])
     emit("backbone_speed", "`backbone_speed.py`: KV reuse, one-pass scoring, batched generation", body, machine())
 
 

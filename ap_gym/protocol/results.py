@@ -280,63 +280,52 @@ def summarise(run_dir: str | Path) -> dict[str, Any]:
                       for k, v in settings.items()}}
 
 
-def load_abstractions(setting_dir: str | Path) -> list[Any]:
-    """The abstractions a setting's memory stored (inactive ones too), read-only; ``[]``
-    when it has no memory. The audit reads them through here, never through the stores."""
-    from ap_gym.memory import AbstractionStore, MemoryDB
+def _read_memory(setting_dir: str | Path, read: Any, empty: Any) -> Any:
+    """``read(db)`` on a setting's memory opened read-only, or ``empty`` when it has none."""
+    from ap_gym.memory import MemoryDB
 
     path = Path(setting_dir) / "memory.sqlite"
     if not path.exists():
-        return []
+        return empty
     db = MemoryDB(path, readonly=True)
     try:
-        return AbstractionStore(db).all(include_inactive=True)
+        return read(db)
     finally:
         db.close()
+
+
+def load_abstractions(setting_dir: str | Path) -> list[Any]:
+    """The abstractions a setting's memory stored (inactive ones too), read-only; ``[]``
+    when it has no memory. The audit reads them through here, never through the stores."""
+    from ap_gym.memory import AbstractionStore
+
+    return _read_memory(setting_dir, lambda db: AbstractionStore(db).all(include_inactive=True), [])
 
 
 def load_abstraction_vectors(setting_dir: str | Path, ids: Any) -> dict[int, Any]:
     """The embeddings of stored abstractions by id (read-only): what a skills file carries so
     that the frozen layer retrieves skills as abstraction memory did."""
-    from ap_gym.memory import AbstractionStore, MemoryDB
+    from ap_gym.memory import AbstractionStore
 
-    path = Path(setting_dir) / "memory.sqlite"
     ids = sorted(set(ids))
-    if not path.exists() or not ids:
+    if not ids:
         return {}
-    db = MemoryDB(path, readonly=True)
-    try:
-        return dict(zip(ids, AbstractionStore(db).embeddings(ids), strict=True))
-    finally:
-        db.close()
+    return _read_memory(setting_dir, lambda db: dict(zip(ids, AbstractionStore(db).embeddings(ids), strict=True)), {})
 
 
 def load_records(setting_dir: str | Path, ids: Any) -> dict[int, Any]:
     """Stored trajectory records by id (read-only): the provenance the audit checks against."""
-    from ap_gym.memory import MemoryDB, TrajectoryStore
+    from ap_gym.memory import TrajectoryStore
 
-    path = Path(setting_dir) / "memory.sqlite"
     ids = sorted(set(ids))
-    if not path.exists() or not ids:
+    if not ids:
         return {}
-    db = MemoryDB(path, readonly=True)
-    try:
-        return {r.id: r for r in TrajectoryStore(db).get(ids)}
-    finally:
-        db.close()
+    return _read_memory(setting_dir, lambda db: {r.id: r for r in TrajectoryStore(db).get(ids)}, {})
 
 
 def load_record_keys(setting_dir: str | Path) -> list[tuple[int, str, int]]:
     """``(record id, task id, iteration)`` of every stored trajectory record (read-only):
     how the viewer links a retrieved record back to the training episode it came from."""
-    from ap_gym.memory import MemoryDB
-
-    path = Path(setting_dir) / "memory.sqlite"
-    if not path.exists():
-        return []
-    db = MemoryDB(path, readonly=True)
-    try:
-        return [(int(i), str(t), int(it)) for i, t, it in
-                db.execute("SELECT id, task_id, iteration FROM trajectories ORDER BY id").fetchall()]
-    finally:
-        db.close()
+    return _read_memory(setting_dir, lambda db: [
+        (int(i), str(t), int(it))
+        for i, t, it in db.execute("SELECT id, task_id, iteration FROM trajectories ORDER BY id").fetchall()], [])

@@ -73,7 +73,7 @@ def test_a_server_with_its_default_limits_answers_bad_chat_requests_400(default_
 
 def test_standard_routes_score_like_the_backbone_in_process(server, tiny_backbone):
     client = OpenAIBackbone(server.url)
-    assert client.check(scoring=True) == {"model": "tiny", "scoring": "prompt_logprobs"}
+    assert client.check(scoring=True) == {"model": "tiny", "scoring": "prompt_logprobs", "choice": False}
     candidates = ["go north", "look", "take apple from table"]
     remote, local = client.score(MSGS, candidates), tiny_backbone.score(MSGS, candidates)
     assert list(remote.values) == pytest.approx(list(local.values), abs=1e-4)

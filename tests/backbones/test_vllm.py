@@ -50,7 +50,7 @@ def test_vllm_scores_agree_with_the_in_process_backbone(vllm_url, default_backbo
     from ap_gym.backbones import OpenAIBackbone
 
     client = OpenAIBackbone(vllm_url)
-    assert client.check(scoring=True) == {"model": "smollm2", "scoring": "prompt_logprobs"}
+    assert client.check(scoring=True) == {"model": "smollm2", "scoring": "prompt_logprobs", "choice": True}
     for reduction in ("sum", "mean"):
         served, local = client.score(MSGS, CANDIDATES, reduction), default_backbone.score(MSGS, CANDIDATES, reduction)
         assert list(served.values) == pytest.approx(list(local.values), abs=1e-3)
@@ -58,6 +58,19 @@ def test_vllm_scores_agree_with_the_in_process_backbone(vllm_url, default_backbo
     client._scoring = "echo"  # the legacy route, as other servers offer it
     assert list(client.score(MSGS, CANDIDATES).values) == \
         pytest.approx(list(default_backbone.score(MSGS, CANDIDATES).values), abs=1e-3)
+
+
+def test_a_constrained_choice_is_one_fast_request_among_hundreds_of_commands(vllm_url):
+    """vLLM's structured choice: one request whatever the number of commands (ScienceWorld
+    offers hundreds; scoring them would be a prefill each). Its speed is measured in
+    benchmarks/served.py --only methods, not here."""
+    from ap_gym.backbones import OpenAIBackbone
+
+    client = OpenAIBackbone(vllm_url)
+    assert client.supports_choice()
+    many = CANDIDATES + [f"focus on item {i} in the kitchen" for i in range(300)]
+    picked = client.choose(MSGS, many)
+    assert picked.text in many and picked.logprob is not None and picked.logprob <= 0
 
 
 def test_agents_run_against_vllm_in_both_modes(vllm_url, tmp_path):
@@ -80,6 +93,8 @@ def test_agents_run_against_vllm_in_both_modes(vllm_url, tmp_path):
         acting = x["usage"]["prompt_tokens"]["acting"]
         assert x["usage"]["calls"]["acting"] == x["num_steps"] and acting > 100 * x["num_steps"]
         assert x["policy_info"]["action_mode"] == ("react" if x["policy"].endswith("react") else "choose")
+        if not x["policy"].endswith("react"):  # against vLLM, choose is one constrained generation (auto)
+            assert x["policy_info"]["choice_method"] == "constrained"
     react = [x for x in lines if x["policy"].endswith("react")]
     assert all(s["response"] for x in react for s in x["steps"])  # the raw reply is kept, parsed or not
     # a 135M model rarely keeps the format: every miss is counted as a parse failure

@@ -108,7 +108,7 @@ def test_killing_the_server_mid_episode_is_an_infrastructure_failure(tiny_backbo
 
     agent = StopsServer(client, AgentConfig(action_mode="generate")).eval()
     ep = ap_gym.run_episode(Forever(), agent, task_id="c/1", max_steps=10)
-    assert ep.termination is Termination.INFRA and "BackboneError" in ep.error and ep.num_steps == 2
+    assert ep.termination is Termination.INFRA and "Unreachable" in ep.error and ep.num_steps == 2
     # the run goes on: the next episode simply runs (here against a restarted server)
     server2 = BackboneServer(tiny_backbone, port=0).start()
     try:

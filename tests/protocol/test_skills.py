@@ -101,7 +101,7 @@ def test_frozen_skills_run_end_to_end_per_backbone_and_seed(tmp_path):
         p["options"] = {**p["options"], **TINY_AGENT, "frozen_abstractions": str(out)}
     frozen.update(out=str(tmp_path), benchmarks=["shop"], backbones=backbones, seeds=[0, 1], iterations=1,
                   train_per_iter=1, heldout=1, max_steps=3, workers=1, retries=0, eval_before_training=False,
-                  env_options={})
+                  env_options={}, embedder="default")
     run2 = run(RunConfig.from_dict(frozen), progress=False)
     evals = [x for x in load_episodes(run2) if x["phase"] == "eval"]
     assert len(evals) == 4

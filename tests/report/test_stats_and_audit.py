@@ -59,9 +59,10 @@ def test_objects_and_claims_are_checked_against_the_source_records():
     alf = labeller_for("alfworld")
     assert alf("Use 'heat egg 1 with stoveburner 1'.", [failed]).reasons[0].startswith("contradicted")
     assert alf("Never use 'heat egg 1 with microwave 1'.", [won]).reasons[0].startswith("contradicted: forbids")
-    assert alf("Look in drawer 7 first.", [won]).reasons[0].startswith("absent")
+    assert alf("First, go to drawer 7 and open it.", [won]).reasons[0].startswith("absent")
+    assert alf("Use 'go to drawer 7'.", [won]).reasons[0].startswith("absent")
     assert not alf("Use 'heat egg 1 with microwave 1'.", [won, failed]).flagged
-    assert not alf("Look in drawer 7 first.").flagged  # no provenance: nothing to check against
+    assert not alf("Use 'go to drawer 7'.").flagged  # no provenance: nothing to check against
     sw = labeller_for("scienceworld")
     frog = SourceRecord("find an animal", (("focus on frog", "You focus on the frog."),), True)
     assert sw("Use 'focus on dog'.", [frog]).flagged and not sw("Use 'focus on frog'.", [frog]).flagged
@@ -77,9 +78,11 @@ def test_the_fixture_set_is_labelled_and_the_labeller_measured_on_it():
     spec = importlib.util.spec_from_file_location("audit_labeller", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    sources, items = module.load()
+    sources, sets = module.load()
+    assert set(sets) == {"natural test", "natural dev", "fixtures"} and len(sets["natural test"]) >= 30
+    items = [x for group in sets.values() for x in group]
     assert len(items) >= 60 and {x["benchmark"] for x in items} == {"alfworld", "scienceworld", "textworld", "shop"}
-    assert all(x["reason"] and isinstance(x["erroneous"], bool) for x in items)
+    assert all(isinstance(x["erroneous"], bool) for x in items) and all(x["reason"] for x in sets["fixtures"])
     assert len({x["id"] for x in items}) == len(items)
     rows = [(x["erroneous"], labeller_for(x["benchmark"])(x["text"], [sources[s] for s in x["sources"]]).flagged)
             for x in items]
