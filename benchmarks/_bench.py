@@ -15,6 +15,7 @@ import datetime
 import importlib.metadata
 import os
 import platform
+import re
 import shlex
 import statistics
 import sys
@@ -101,6 +102,7 @@ def emit(name: str, title: str, body: str, machine_line: str | None = None) -> P
     RESULTS_DIR.mkdir(exist_ok=True)
     command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(_ARGV[0]), *_ARGV[1:]])
     date = datetime.date.today().isoformat()
+    body = re.sub(r"^## ", "### ", body, flags=re.M)  # a report's own headers sit under the section's
     text = (f"## {title} ({date})\n\n{body.rstrip()}\n\n"
             f"Command: `{command}`. Machine: {machine_line or machine()}.\n")
     path = RESULTS_DIR / f"{name}.md"

@@ -22,7 +22,9 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 #: Sections in reading order; any other section follows, by name.
 ORDER = ("env_overhead", "tales_scienceworld", "rollout_overhead", "backbone_speed", "throughput_workers",
          "throughput", "throughput_lanes", "served", "retrieval_quick", "retrieval", "view_scale", "llm_calls", "memory_growth",
-         "faults", "faults_envs", "failing_first", "audit_labeller", "audit_labeller_judge", "recovery", "injection", "shop_floors", "demo")
+         "training", "faults", "faults_envs", "faults_exposure", "faults_substitutions", "faults_served", "faults_viewer",
+         "failing_first", "audit_labeller", "audit_labeller_judge", "recovery", "injection", "supplied_skills",
+         "shop_floors", "demo")
 
 HEADER = """# Measured figures
 

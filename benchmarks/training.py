@@ -121,7 +121,7 @@ def main() -> None:
         for model in args.models:
             seconds = grpo_seconds(model, args.updates)
             lines.append(f"| {model} | {len(seconds)} | {spread(seconds, 2)} |")
-    emit("training", "Training: vector env throughput and GRPO updates", "\n".join(lines))
+    emit("training", "`training.py`: vector env throughput and GRPO updates", "\n".join(lines))
 
 
 if __name__ == "__main__":
