@@ -245,14 +245,18 @@ def main() -> None:
     shown = tally["failed"] + tally["hung"]
     total = sum(tally.values())
     body = (
-        f"{total} test cases of issue 15's fixes, each run against the package before its fix "
+        f"{total} test cases of {'the fixes of issue ' + ', '.join(sorted({f.items for f in fixes})) if args.only else 'the listed fixes'}, "
+        "each run against the package before its fix "
         f"(tests from the fix commit): **{shown} fail there** (failed {tally['failed']}, hung {tally['hung']}), "
         f"{tally['API absent']} cannot run there (the old package lacks a name they use), "
         f"{tally['passed']} pass there, {tally['skipped']} skipped. A test that passes before its fix "
         "does not prove that fix; one whose API is absent proves nothing either way.\n\n"
         "| items | package at | tests from | test case | before the fix | seconds (its pytest run) | first line of the failure |\n"
         "|---|---|---|---|---|---|---|\n" + "\n".join(table))
-    emit("failing_first", "`failing_first.py`: issue 15's tests against the code before each fix", body)
+    # --only writes a section of its own, so a partial run never replaces the whole table
+    name = "failing_first" + (f"_{args.only}" if args.only else "")
+    emit(name, "`failing_first.py`: each fix's tests against the code before it"
+         + (f" (the fix tested by {args.only})" if args.only else ""), body)
 
 
 if __name__ == "__main__":

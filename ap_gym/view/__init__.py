@@ -247,8 +247,9 @@ def _put(path: Path, key: str, payload: Any) -> None:
 
 
 #: A bundle packs episodes into files of at least CHUNK_MIN episodes and at most
-#: MAX_CHUNKS files in all (a 100k-episode run is ~40 files, not 100k).
-CHUNK_MIN, MAX_CHUNKS = 500, 40
+#: MAX_CHUNKS files in all: with a run's pages, assets and its own five files, a bundle of
+#: one run of any size stays under 50 files (with 40 chunks a 100k-episode run had 55).
+CHUNK_MIN, MAX_CHUNKS = 500, 32
 
 
 def _write_chunks(ix: RunIndex, base: Path, k: int, chunk: int) -> None:
