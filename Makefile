@@ -11,6 +11,10 @@ VLLM   := .vllm-venv
 VLLM_STAMP := $(VLLM)/.installed
 # No wheel cache and no ahead-of-time bytecode: together they were ~0.8 GB of a fresh
 # machine's disk (CI ran out of space building the venvs); modules compile as imported.
+# Modules compile once and their bytecode is kept: with PYTHONDONTWRITEBYTECODE set (some
+# images set it) every process, each test's subprocesses and workers included, recompiled
+# torch and transformers from source on import (~20 s a process; half of a small run).
+unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := $(BIN)/pip install --quiet --no-cache-dir --no-compile
 VLLM_PIP_INSTALL := $(VLLM)/bin/pip install --quiet --no-cache-dir --no-compile
 
@@ -71,12 +75,17 @@ browser:
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; \
 	  else echo "no Chromium at $(CHROMIUM): sudo apt-get install chromium (the browser tests are skipped without it)"; fi; }
 
+# Two processes, each taking whole test files (module fixtures such as the vLLM server and
+# the Ray instance start once), the files with slow tests first (tests/conftest.py).
+# A test process waits on engines, servers and subprocesses part of the time: two keep
+# both cores busy.
+XDIST := -n 2 --dist loadfile
 test: $(STAMP) $(VLLM_STAMP) browser
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(XDIST)
 
-# The inner loop: everything but the slow, real-server and browser tests (a few minutes).
+# The inner loop: everything but the slow, real-server and browser tests.
 test-fast: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow and not vllm and not browser"
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(XDIST) -m "not slow and not vllm and not browser"
 
 # GRPO in pure torch on the toy env with the packaged SmolLM2, printing per-update success
 # (examples/grpo_torch.py; --model tiny runs in seconds).

@@ -50,3 +50,14 @@ def embedder():
     from ap_gym.backbones import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with slow or real-server tests first, each file's tests in their own order.
+
+    ``make test`` hands whole files to two processes (``-n 2 --dist loadfile``) in collection
+    order: with the long files first, the run ends on short ones instead of one process
+    finishing a long file while the other waits (the longest-first rule).
+    """
+    heavy = {item.path for item in items if item.get_closest_marker("slow") or item.get_closest_marker("vllm")}
+    items.sort(key=lambda item: item.path not in heavy)
