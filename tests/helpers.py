@@ -19,7 +19,7 @@ import yaml
 from ap_gym.envs.base import StartResult, StepResult, TextEnv
 from ap_gym.processes import process_alive
 
-__all__ = ["CHOOSE", "TINY_AGENT", "Counter", "Dial", "register_dial", "ap_config", "config", "eval_results", "kill_resume_and_compare",
+__all__ = ["CHOOSE", "TINY_AGENT", "Counter", "Dial", "register_dial", "ap_config", "clean_run", "config", "eval_results", "kill_resume_and_compare",
            "labeller_for", "process_alive", "stop_run"]
 
 #: Options that keep the tiny backbone's episodes short.
@@ -111,19 +111,24 @@ def stop_run(tmp_path: Path, data: dict, kill_at, sig: int = signal.SIGKILL) -> 
     return proc, cmd
 
 
-def kill_resume_and_compare(tmp_path: Path, data: dict, kill_at, clean_overrides: dict | None = None,
-                            sig: int = signal.SIGKILL) -> subprocess.Popen:
-    """Run ``data`` (out: tmp_path/killed) with the CLI, send ``sig`` when ``kill_at(lines)``,
-    run it again, and check it ends as a clean in-process run does. Returns the stopped process
-    (its stderr is piped)."""
+def clean_run(out: Path, data: dict, clean_overrides: dict | None = None) -> Path:
+    """``data`` run in-process, uninterrupted, into ``out`` (what a resumed run must equal)."""
     from ap_gym.protocol import RunConfig, run
 
+    return run(RunConfig.from_dict({**data, **(clean_overrides or {}), "out": str(out)}), progress=False)
+
+
+def kill_resume_and_compare(tmp_path: Path, data: dict, kill_at, clean_overrides: dict | None = None,
+                            sig: int = signal.SIGKILL, clean: Path | None = None) -> subprocess.Popen:
+    """Run ``data`` (out: tmp_path/killed) with the CLI, send ``sig`` when ``kill_at(lines)``,
+    run it again, and check it ends as a clean in-process run does (``clean``, a
+    :func:`clean_run` of the same config, else one run here). Returns the stopped process
+    (its stderr is piped)."""
     proc, cmd = stop_run(tmp_path, data, kill_at, sig)
     subprocess.run(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     resumed = json.loads((tmp_path / "killed/t/summary.json").read_text())
-    clean = run(RunConfig.from_dict({**data, **(clean_overrides or {}), "out": str(tmp_path / "clean")}),
-                progress=False)
+    clean = clean or clean_run(tmp_path / "clean", data, clean_overrides)
     assert resumed == json.loads((clean / "summary.json").read_text())
     assert eval_results(tmp_path / "killed/t") == eval_results(clean)
     return proc

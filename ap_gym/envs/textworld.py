@@ -46,7 +46,7 @@ from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
 from ap_gym.envs.engine_process import EngineProcess
 from ap_gym.envs.isolated import isolated, prepare
 from ap_gym.errors import EnvInfrastructureError
-from ap_gym.paths import cache_dir, publish_dir
+from ap_gym.paths import atomic_write_json, cache_dir, publish_dir
 from ap_gym.text import Grammar
 
 __all__ = ["GameSpec", "TextWorldEnv", "default_suite", "ensure_game", "first_observation", "generate_game", "goal_of"]
@@ -171,9 +171,23 @@ def generate_game(spec: GameSpec) -> Path:
 @functools.cache
 def goal_of(game_file: Path, challenge: str) -> str | None:
     """What a default-suite game asks, without the route (see the module docstring);
-    ``None`` where TextWorld's own objective already says only that (``tw-simple``)."""
+    ``None`` where TextWorld's own objective already says only that (``tw-simple``).
+
+    Kept beside the game once worked out: loading a game's logic takes ~0.5 s, paid
+    otherwise by every process (worker, resumed run) that starts the game.
+    """
     if challenge not in ("tw-coin_collector", "tw-treasure_hunter", "tw-cooking"):
         return None
+    kept = Path(game_file).parent / f"goal-{challenge}.json"
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        return str(json.loads(kept.read_text())["goal"])
+    goal = _work_out_goal(game_file, challenge)
+    with contextlib.suppress(OSError):  # a read-only cache only costs the time again
+        atomic_write_json(kept, {"goal": goal})
+    return goal
+
+
+def _work_out_goal(game_file: Path, challenge: str) -> str:
     import textworld
 
     game = textworld.Game.load(str(Path(game_file).with_suffix(".json")))

@@ -206,13 +206,15 @@ def test_every_policy_trains_and_evaluates_on_real_envs_with_the_default_backbon
                 options["fixed_mode"] = "none"  # a mode that always has records once memory is not empty
             policy = make_policy(name, default_backbone, agent=agent, **options)
             policy.train()
-            first = ap_gym.run_episode(env, policy, task_id=train_id, max_steps=2)
-            second = ap_gym.run_episode(env, policy, task_id=train_id, max_steps=2)
+            # one step an episode: what is checked is that memory is written, retrieved and
+            # synthesised through on real observations, not how the model plays
+            first = ap_gym.run_episode(env, policy, task_id=train_id, max_steps=1)
+            second = ap_gym.run_episode(env, policy, task_id=train_id, max_steps=1)
             policy.eval()
-            held_out = ap_gym.run_episode(env, policy, task_id=test_id, max_steps=2)
+            held_out = ap_gym.run_episode(env, policy, task_id=test_id, max_steps=1)
             for ep in (first, second, held_out):
                 assert ep.termination is not Termination.INFRA, ep.error
-                assert ep.usage.calls_for("acting") == ep.num_steps and 1 <= ep.num_steps <= 2
+                assert ep.usage.calls_for("acting") == ep.num_steps == 1
             if name != "no_memory":
                 assert held_out.policy_info["guidance"], name
                 assert held_out.policy_info["guidance"] in held_out.steps[0].prompt

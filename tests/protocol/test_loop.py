@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from ap_gym.protocol import RunConfig, heldout_subset, load_episodes, run, training_sample
-from tests.helpers import config, eval_results, kill_resume_and_compare
+from tests.helpers import clean_run, config, kill_resume_and_compare
 
 
 def test_training_sample_is_fixed_by_seed_and_iteration():
@@ -52,24 +53,28 @@ def test_run_writes_results_and_refuses_a_changed_config(tmp_path):
     (run_dir / "config.json").write_text(saved)
 
 
-def test_workers_give_the_same_episodes(tmp_path):
-    one = run(RunConfig.from_dict(config(tmp_path / "a", policies=config(tmp_path)["policies"][1:2])), progress=False)
-    two = run(RunConfig.from_dict(config(tmp_path / "b", policies=config(tmp_path)["policies"][1:2], workers=2)), progress=False)
-    assert eval_results(one) == eval_results(two) and len(eval_results(one)) == 6
+def _killable(out: Path) -> dict:
+    # Six held-out and training tasks leave room for the kill to land mid-phase.
+    return config(out, policies=config(out)["policies"][1:2], iterations=2, heldout=6, train_per_iter=6)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    """The killed runs' config run once without a kill: both resumes must end as it did."""
+    return clean_run(tmp_path_factory.mktemp("clean"), _killable(tmp_path_factory.mktemp("unused")))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("phase", ["eval", "train"])
-def test_a_killed_run_resumes_to_the_same_summary(tmp_path, phase):
+def test_a_killed_run_resumes_to_the_same_summary(tmp_path, phase, uninterrupted):
     # Killed at the first poll that sees the point (not "exactly when"): episodes of the tiny
     # model take milliseconds, and a poll that missed the one moment let the run finish.
-    # Six held-out and training tasks leave room for the kill to land mid-phase.
-    data = config(tmp_path / "killed", policies=config(tmp_path)["policies"][1:2], iterations=2, heldout=6,
-                  train_per_iter=6)
+    data = _killable(tmp_path / "killed")
     if phase == "eval":  # in the middle of iteration 1's held-out evaluation
-        kill_resume_and_compare(tmp_path, data, lambda ls: sum(x["phase"] == "eval" and x["iteration"] == 1 for x in ls) >= 1)
+        at = lambda ls: sum(x["phase"] == "eval" and x["iteration"] == 1 for x in ls) >= 1  # noqa: E731
     else:  # in the middle of iteration 1's training
-        kill_resume_and_compare(tmp_path, data, lambda ls: sum(x["phase"] == "train" and x["iteration"] == 1 for x in ls) >= 2)
+        at = lambda ls: sum(x["phase"] == "train" and x["iteration"] == 1 for x in ls) >= 2  # noqa: E731
+    kill_resume_and_compare(tmp_path, data, at, clean=uninterrupted)
 
 
 def test_several_backbones_give_results_and_a_report_per_backbone(tmp_path):

@@ -53,8 +53,6 @@ def test_lanes_in_the_protocol_give_the_sequential_results(tmp_path):
     assert eval_results(one) == eval_results(lanes) and len(eval_results(one)) == 6
 
 
-
-
 def _children(pid: int) -> list[int]:
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
