@@ -62,11 +62,11 @@ class Side:
     lane count, a benchmark."""
 
     def __init__(self, name: str, url: str, mode: str, lanes: int, tasks: list[str], max_steps: int,
-                 benchmark: str = "textworld", choose_method: str = "score") -> None:
+                 benchmark: str = "textworld", choose_method: str = "score", deadline_s: float = 120.0) -> None:
         self.name, self.tasks, self.benchmark = name, tasks, benchmark
         agent = {"action_mode": mode, "choose_method": choose_method}
         self.config = RunConfig.from_dict({
-            "backbone": url, "benchmarks": [benchmark],
+            "backbone": url, "benchmarks": [benchmark], "serving": {"deadline_s": deadline_s},
             "policies": [{"name": "no_memory", "options": {"agent": agent}}],
             "max_steps": max_steps, "lanes": lanes, "workers": 1, "retries": 0, "out": tempfile.mkdtemp()})
         self.times: list[float] = []
@@ -92,6 +92,7 @@ class Side:
         self.steps = sum(len(a) for _, a in self.episodes)
         if timed:
             self.times.append(seconds)
+        print(f"  {self.name}: {self.steps} steps in {seconds:.1f} s{'' if timed else ' (warm-up)'}", flush=True)
 
     @property
     def per_step(self) -> list[float]:
@@ -123,9 +124,10 @@ def _choice_methods(vllm: str, args: Any, tw_tasks: list[str]) -> list[tuple[str
     probe.close()
     out = []
     for bench, tasks, steps in (("textworld", tw_tasks, args.max_steps), ("scienceworld", sw_tasks, args.sw_steps)):
-        scored = Side(f"{bench}: choose, scored (prompt_logprobs)", vllm, "choose", 1, tasks, steps, bench, "score")
+        scored = Side(f"{bench}: choose, scored (prompt_logprobs)", vllm, "choose", 1, tasks, steps, bench, "score",
+                      args.deadline)
         constrained = Side(f"{bench}: choose, constrained (structured choice)", vllm, "choose", 1, tasks, steps,
-                           bench, "constrained")
+                           bench, "constrained", args.deadline)
         abba(scored, constrained, args.repeat)
         react = Side(f"{bench}: react", vllm, "react", 1, tasks, steps, bench)
         react.play(timed=False)
@@ -134,12 +136,13 @@ def _choice_methods(vllm: str, args: Any, tw_tasks: list[str]) -> list[tuple[str
     return out
 
 
-def _method_lines(methods: list[tuple[str, Side, Side, Side]], figures: dict[str, Any]) -> list[str]:
+def _method_lines(methods: list[tuple[str, Side, Side, Side]], figures: dict[str, Any], args_deadline: float) -> list[str]:
     lines = ["### How `choose` chooses against vLLM", "",
              "The no-memory agent on held-out tasks against vLLM (SmolLM2): `choose` scoring every admissible "
              "command (`/tokenize` + `prompt_logprobs`: a full prefill per candidate, vLLM's prefix cache off) "
              "against one generation constrained to the commands (`structured_outputs: {choice}`, over the prefix "
-             "cache), ABBA after a warm-up; `react` once after its warm-up. Median (min-max) s/step.", "",
+             "cache), ABBA after a warm-up; `react` once after its warm-up. Median (min-max) s/step; one call may take "
+             f"{args_deadline:.0f} s (the default 120 s is too short for scoring a ScienceWorld step here).", "",
              "| benchmark | tasks | steps | scored | constrained | scored / constrained | react | "
              "same actions |", "|---|---|---|---|---|---|---|---|"]
     for bench, scored, constrained, react in methods:
@@ -170,6 +173,9 @@ def main() -> None:
     parser.add_argument("--only", choices=["choose", "lanes", "methods"], help="one comparison only")
     parser.add_argument("--sw-tasks", type=int, default=1, help="ScienceWorld tasks for the choice methods")
     parser.add_argument("--sw-steps", type=int, default=3, help="ScienceWorld steps for the choice methods")
+    parser.add_argument("--deadline", type=float, default=900.0,
+                        help="seconds one call may take in the choice methods (scoring ~300 ScienceWorld commands "
+                             "through prompt_logprobs overran the 120 s default here)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     print(f"machine: {machine()}\n")
@@ -205,7 +211,7 @@ def main() -> None:
             react_4 = Side("vLLM react, 4 lanes", vllm, "react", 4, lane_tasks, args.max_steps)
             abba(react_1, react_4, args.repeat)
             sides += [react_1, react_4]
-    lines = _method_lines(methods, figures) if methods else []
+    lines = _method_lines(methods, figures, args.deadline) if methods else []
     lines += [f"TextWorld held-out tasks, at most {args.max_steps} steps, no-memory agent, {args.repeat} x ABBA after "
               "a warm-up pass of each side, median (min-max).", "",
               "| configuration | tasks | steps | s/step | episodes/min |", "|---|---|---|---|---|"] if sides else []
