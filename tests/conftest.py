@@ -7,6 +7,13 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under ``pytest -n N`` the test processes share the cores: each takes its share of torch
+# threads (its subprocesses, CLI runs and workers inherit it through the environment).
+# Two processes with two threads each on two cores ran tiny-model tests ~10x slower than
+# with one each: OpenMP threads spin waiting for a core the other process holds.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit():
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1)
+                                                     // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 import gymnasium as gym  # noqa: E402
 import pytest  # noqa: E402

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ap_gym.processes import owned_tempdir, process_alive
+from ap_gym.processes import cpu_budget, owned_tempdir, process_alive
 
 
 def test_a_killed_owners_directory_goes_and_a_live_ones_stays(monkeypatch, tmp_path):
@@ -37,3 +37,17 @@ def test_a_killed_owners_directory_goes_and_a_live_ones_stays(monkeypatch, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [live.name, other_host.name, other_prefix.name, mine.name, again.name])
     assert Path(tempfile.gettempdir()) == tmp_path
+
+
+def test_the_cpu_budget_is_omp_num_threads_where_set_else_the_usable_cores(monkeypatch):
+    """Local workers divide this budget: a process told to keep to some cores keeps to them."""
+    from ap_gym.protocol.config import RunConfig
+    from ap_gym.protocol.executors.local import LocalExecutor
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "6")
+    assert cpu_budget() == 6
+    executor = LocalExecutor(RunConfig(workers=3), resources=None)
+    assert executor.worker_threads() == 2
+    for bad in ("", "0", "two"):
+        monkeypatch.setenv("OMP_NUM_THREADS", bad)
+        assert cpu_budget() == len(os.sched_getaffinity(0))

@@ -123,8 +123,8 @@ class RunConfig(BaseModel):
         workers: processes (local) or Ray actors (ray) for held-out evaluation; with
             the Ray executor, also how many settings of a grid run at once.
         threads: torch threads per local worker (default: the cores divided among the
-            workers). Workers share the cores; more threads than cores in all makes
-            them wait on each other.
+            workers, or ``OMP_NUM_THREADS`` divided among them where it is set). Workers
+            share the cores; more threads than cores in all makes them wait on each other.
         executor: ``local`` (processes on this machine) or ``ray`` (Ray tasks and
             actors, on a local instance or the cluster at ``ray_address``).
         ray_address: ``None`` starts a local Ray instance; ``auto`` or ``ray://host:port``

@@ -13,14 +13,13 @@ and die with the driver even when it is killed (Linux's parent-death signal).
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import traceback
 from collections import deque
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 
-from ap_gym.processes import Child
+from ap_gym.processes import Child, cpu_budget
 from ap_gym.protocol.config import RunConfig
 from ap_gym.protocol.executors.base import EvalJob, EvalResult, infra_results
 from ap_gym.protocol.executors.worker import Worker
@@ -92,15 +91,19 @@ class LocalExecutor:
             return
         if self.config.workers <= 1:
             if self._inline is None:
-                self._inline = Worker(self.config, self.resources, threads=self.config.threads or os.cpu_count() or 1)
+                self._inline = Worker(self.config, self.resources, threads=self.worker_threads())
             for job in jobs:
                 yield job, self._inline.run(job)
             return
         yield from self._on_processes(jobs)
 
+    def worker_threads(self) -> int:
+        """Torch threads per worker: ``threads`` from the config, else the CPU budget
+        (:func:`~ap_gym.processes.cpu_budget`) shared among the workers."""
+        return self.config.threads or max(1, cpu_budget() // max(1, self.config.workers))
+
     def _start(self, first: EvalJob) -> _Process:
-        threads = self.config.threads or max(1, (os.cpu_count() or 1) // self.config.workers)
-        return _Process(self.config, first, threads)
+        return _Process(self.config, first, self.worker_threads())
 
     def _on_processes(self, jobs: Sequence[EvalJob]) -> Iterator[tuple[EvalJob, list[EvalResult]]]:
         if not self._processes:  # one set per run: workers keep their model, envs and snapshot
