@@ -62,11 +62,12 @@ class Side:
     lane count, a benchmark."""
 
     def __init__(self, name: str, url: str, mode: str, lanes: int, tasks: list[str], max_steps: int,
-                 benchmark: str = "textworld", choose_method: str = "score", deadline_s: float = 120.0) -> None:
+                 benchmark: str = "textworld", choose_method: str = "score", deadline_s: float | None = None) -> None:
         self.name, self.tasks, self.benchmark = name, tasks, benchmark
         agent = {"action_mode": mode, "choose_method": choose_method}
+        serving = {} if deadline_s is None else {"deadline_s": deadline_s}  # None: the library's default
         self.config = RunConfig.from_dict({
-            "backbone": url, "benchmarks": [benchmark], "serving": {"deadline_s": deadline_s},
+            "backbone": url, "benchmarks": [benchmark], "serving": serving,
             "policies": [{"name": "no_memory", "options": {"agent": agent}}],
             "max_steps": max_steps, "lanes": lanes, "workers": 1, "retries": 0, "out": tempfile.mkdtemp()})
         self.times: list[float] = []
@@ -115,49 +116,75 @@ def abba(a: Side, b: Side, repeat: int) -> None:
             side.play()
 
 
-def _choice_methods(vllm: str, args: Any, tw_tasks: list[str]) -> list[tuple[str, Side, Side, Side]]:
+def _choice_methods(vllm: str, args: Any, tw_tasks: list[str]) -> list[dict[str, Any]]:
     """``choose`` against vLLM by prompt-logprob scoring and by a constrained generation,
-    and ``react``, on the same tasks of TextWorld and ScienceWorld (ABBA for the two
-    choose methods; react once after its warm-up)."""
+    and ``react``, on the same tasks of TextWorld and ScienceWorld.
+
+    TextWorld: ABBA for the two choose methods after a warm-up of each. ScienceWorld: a
+    scored step sends every admissible command (~300-400) as its own prompt, minutes per
+    step on this CPU, so scoring plays ``--sw-scored-steps`` steps once, bracketed by
+    constrained choice over the same steps (C S C, after a constrained warm-up); constrained
+    choice is then also timed over ``--sw-steps``. ``react`` once after its warm-up.
+    """
     probe = make_env(RunConfig(max_steps=args.sw_steps, benchmarks=["scienceworld"]), "scienceworld")
     sw_tasks = heldout_subset(probe.unwrapped.task_ids("test"), args.sw_tasks)
     probe.close()
     out = []
     for bench, tasks, steps in (("textworld", tw_tasks, args.max_steps), ("scienceworld", sw_tasks, args.sw_steps)):
-        scored = Side(f"{bench}: choose, scored (prompt_logprobs)", vllm, "choose", 1, tasks, steps, bench, "score",
+        short = steps if bench == "textworld" else min(steps, args.sw_scored_steps)
+        scored = Side(f"{bench}: choose, scored (prompt_logprobs)", vllm, "choose", 1, tasks, short, bench, "score",
                       args.deadline)
-        constrained = Side(f"{bench}: choose, constrained (structured choice)", vllm, "choose", 1, tasks, steps,
+        constrained = Side(f"{bench}: choose, constrained (structured choice)", vllm, "choose", 1, tasks, short,
                            bench, "constrained", args.deadline)
-        abba(scored, constrained, args.repeat)
+        if bench == "textworld":
+            abba(scored, constrained, args.repeat)
+            longer = constrained
+        else:
+            constrained.play(timed=False)
+            for side in (constrained, scored, constrained):
+                side.play()
+            longer = Side(f"{bench}: choose, constrained, {steps} steps", vllm, "choose", 1, tasks, steps, bench,
+                          "constrained", args.deadline)
+            for _ in range(max(2, 2 * args.repeat)):
+                longer.play()
         react = Side(f"{bench}: react", vllm, "react", 1, tasks, steps, bench)
         react.play(timed=False)
         react.play()
-        out.append((bench, scored, constrained, react))
+        out.append({"bench": bench, "scored": scored, "constrained": constrained, "longer": longer, "react": react})
     return out
 
 
-def _method_lines(methods: list[tuple[str, Side, Side, Side]], figures: dict[str, Any], args_deadline: float) -> list[str]:
+def _method_lines(methods: list[dict[str, Any]], figures: dict[str, Any], args_deadline: float) -> list[str]:
     lines = ["### How `choose` chooses against vLLM", "",
              "The no-memory agent on held-out tasks against vLLM (SmolLM2): `choose` scoring every admissible "
              "command (`/tokenize` + `prompt_logprobs`: a full prefill per candidate, vLLM's prefix cache off) "
              "against one generation constrained to the commands (`structured_outputs: {choice}`, over the prefix "
-             "cache), ABBA after a warm-up; `react` once after its warm-up. Median (min-max) s/step; one call may take "
+             "cache). TextWorld: ABBA after a warm-up of each. ScienceWorld: scoring a step takes minutes here, so "
+             "it plays the first step(s) once, between two constrained passes over the same steps (C S C after a "
+             "constrained warm-up); constrained choice is also timed over the longer episodes ('constrained, all "
+             "steps'). `react` once after its warm-up, over the longer episodes. Seconds per step include the "
+             "episode's reset. Median (min-max) s/step; one call may take "
              f"{args_deadline:.0f} s (the default 120 s is too short for scoring a ScienceWorld step here).", "",
-             "| benchmark | tasks | steps | scored | constrained | scored / constrained | react | "
-             "same actions |", "|---|---|---|---|---|---|---|---|"]
-    for bench, scored, constrained, react in methods:
-        ratio = [a / b for a, b in zip(scored.per_step, constrained.per_step, strict=True)]
+             "| benchmark | tasks | steps (scored/constrained) | scored | constrained | scored / constrained | "
+             "constrained, all steps | react | same actions |", "|---|---|---|---|---|---|---|---|---|"]
+    for m in methods:
+        scored, constrained, longer, react = m["scored"], m["constrained"], m["longer"], m["react"]
+        pairs = list(zip(scored.per_step, constrained.per_step, strict=False))
+        if len(scored.per_step) == 1:  # C S C: the scored pass against the mean of the two around it
+            pairs = [(scored.per_step[0], statistics.mean(constrained.per_step))]
+        ratio = [a / b for a, b in pairs]
         same = sum(a == b for (_, x), (_, y) in zip(scored.episodes, constrained.episodes, strict=True)
                    for a, b in zip(x, y, strict=False))
         total = sum(min(len(x), len(y)) for (_, x), (_, y) in zip(scored.episodes, constrained.episodes, strict=True))
-        lines.append(f"| {bench} | {len(scored.tasks)} | {scored.steps}/{constrained.steps} | {spread(scored.per_step)} | "
-                     f"{spread(constrained.per_step)} | {spread(ratio, '{:.1f}')}x | {spread(react.per_step)} | "
-                     f"{same}/{total} |")
-        figures[f"{bench}_choose"] = {"scored": scored.per_step, "constrained": constrained.per_step,
-                                      "react": react.per_step, "same_actions": [same, total]}
+        lines.append(f"| {m['bench']} | {len(scored.tasks)} | {scored.steps}/{constrained.steps} | "
+                     f"{spread(scored.per_step)} | {spread(constrained.per_step)} | {spread(ratio, '{:.1f}')}x | "
+                     f"{spread(longer.per_step)} ({longer.steps} steps) | {spread(react.per_step)} | {same}/{total} |")
+        figures[f"{m['bench']}_choose"] = {"scored": scored.per_step, "constrained": constrained.per_step,
+                                           "constrained_all_steps": longer.per_step, "react": react.per_step,
+                                           "same_actions": [same, total]}
     return lines + ["", "Constrained choice is greedy decoding under the constraint: it can pick another command "
                     "than the best-scored one (the paper's rule); 'same actions' counts the steps where both chose "
-                    "alike until the episodes part.", ""]
+                    "alike until the episodes part. Target: constrained ScienceWorld `choose` <= 3 s/step.", ""]
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -172,10 +199,12 @@ def main() -> None:
     parser.add_argument("--lane-tasks", type=int, default=8, help="tasks for 1 lane against 4 (at least 4)")
     parser.add_argument("--only", choices=["choose", "lanes", "methods"], help="one comparison only")
     parser.add_argument("--sw-tasks", type=int, default=1, help="ScienceWorld tasks for the choice methods")
-    parser.add_argument("--sw-steps", type=int, default=3, help="ScienceWorld steps for the choice methods")
-    parser.add_argument("--deadline", type=float, default=900.0,
-                        help="seconds one call may take in the choice methods (scoring ~300 ScienceWorld commands "
-                             "through prompt_logprobs overran the 120 s default here)")
+    parser.add_argument("--sw-steps", type=int, default=4, help="ScienceWorld steps for the choice methods")
+    parser.add_argument("--sw-scored-steps", type=int, default=1,
+                        help="ScienceWorld steps that scoring plays (minutes per step here)")
+    parser.add_argument("--deadline", type=float, default=2400.0,
+                        help="seconds one call may take in the choice methods (scoring ~400 ScienceWorld commands "
+                             "through prompt_logprobs took over 13 min for one step here)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     print(f"machine: {machine()}\n")
@@ -190,7 +219,7 @@ def main() -> None:
     figures: dict[str, Any] = {"machine": machine(), "tasks": len(tasks), "max_steps": args.max_steps,
                                "repeat": args.repeat}
     sides: list[Side] = []
-    methods: list[tuple[str, Side, Side, Side]] = []
+    methods: list[dict[str, Any]] = []
     with VLLMServer(model, vllm_python(ROOT), log=Path(tempfile.mkdtemp()) / "vllm.log") as vllm:
         if args.only in (None, "methods"):
             methods = _choice_methods(vllm, args, tasks)
