@@ -127,6 +127,40 @@ def test_filter_then_open_an_episode(server, page, view_run):
     assert page.locator(".step pre.prompt").first.inner_text().strip() == line["steps"][0]["prompt"].strip()
 
 
+def test_two_filters_chosen_before_the_server_answers_both_hold(server, page, view_run):
+    """A slow server: the second choice is made on the page of the first, whose answer is held.
+
+    The episode answers are held until both choices are made, then the later one is released
+    first: the page must show both filters, and the earlier answer, arriving last, must not
+    overwrite it (CI hit both on a loaded machine).
+    """
+    page.goto(server + "#/episodes")
+    page.wait_for_selector("#episodes-table")
+    held, holding = [], [True]
+    page.route("**/api/run/*/episodes?*", lambda route: held.append(route) if holding[0] else route.continue_())
+    page.select_option("[data-filter=policy]", "anti_persistence")
+    page.wait_for_function("location.hash.includes('policy=anti_persistence')")
+    page.select_option("[data-filter=phase]", "eval")
+    page.wait_for_function("location.hash.includes('phase=eval')")
+    assert "policy=anti_persistence" in page.evaluate("location.hash"), "the second filter dropped the first"
+    for _ in range(200):
+        if len(held) >= 2:
+            break
+        page.wait_for_timeout(50)
+    assert len(held) == 2, f"expected the two episode queries to be held, got {[r.request.url for r in held]}"
+    holding[0] = False
+    later = next(r for r in held if "phase=eval" in r.request.url)
+    earlier = next(r for r in held if r is not later)
+    expected = _eval(view_run, policy="anti_persistence")
+    later.continue_()
+    page.wait_for_selector(f"#episode-count:has-text('{len(expected)} episodes')")
+    with page.expect_response(lambda r: r.url == earlier.request.url):
+        earlier.continue_()
+    page.wait_for_timeout(200)
+    assert page.locator("#episode-count").inner_text().startswith(f"{len(expected)} episodes")
+    assert set(page.locator("#episodes-table tbody tr td:nth-child(6)").all_inner_texts()) == {"eval"}
+
+
 def test_follow_a_retrieved_record_to_its_source_episode(server, page, view_run):
     episodes = [x for x in load_episodes(view_run) if x["policy_info"].get("retrieved_records")]
     assert episodes, "the tiny run retrieved no record: the fixture no longer exercises links"

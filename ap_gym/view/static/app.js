@@ -118,7 +118,9 @@ function href(view, params) {
 }
 function currentRun() { return Number(route().params.run || 0); }
 
+let renderSeq = 0;  // renders overlap when the hash changes faster than the server answers
 async function render() {
+  const seq = ++renderSeq;
   const { parts, params } = route();
   const main = document.getElementById("main");
   for (const a of document.querySelectorAll("nav a")) {
@@ -136,10 +138,12 @@ async function render() {
     else if (parts[0] === "search") view = await viewSearch(params);
     else if (parts[0] === "diff") view = await viewDiff(params);
     else view = await viewRuns(params);
+    if (seq !== renderSeq) return;  // a later hash owns the page: an older answer must not overwrite it
     main.replaceChildren(view);
     setStatus("");
     if (params.step) { const el = document.querySelector(`.step[data-step="${params.step}"]`); if (el) { el.classList.add("target"); el.scrollIntoView(); } }
   } catch (e) {
+    if (seq !== renderSeq) return;
     main.replaceChildren(h("p", { class: "error" }, "Could not load this view: " + e.message));
     setStatus("error");
   }
@@ -244,6 +248,12 @@ function curve(panel) {
 const FILTERS = ["benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome"];
 const PER_PAGE = 50;
 
+function liveFilters() {
+  const { params } = route(), p = {};
+  for (const f of FILTERS) if (params[f] !== undefined && params[f] !== "") p[f] = params[f];
+  return p;
+}
+
 async function queryEpisodes(k, filters, page, sort, desc) {
   if (MODE === "server") {
     const params = Object.assign({}, filters, { page, per_page: PER_PAGE });
@@ -268,7 +278,9 @@ async function viewEpisodes(params) {
   const bar = h("div", { class: "filters" }, FILTERS.map(f => {
     const values = ov.facets[f] || [];
     const sel = h("select", { "data-filter": f, onchange: e => {
-      const p = Object.assign({}, filters); if (e.target.value === "") delete p[f]; else p[f] = e.target.value;
+      // the live hash, not this render's filters: a second choice made before the first one's
+      // page arrives (a slow server) must keep the first
+      const p = liveFilters(); if (e.target.value === "") delete p[f]; else p[f] = e.target.value;
       location.hash = href("episodes", p); } },
       h("option", { value: "" }, "all"), values.map(v => h("option", { value: String(v), selected: String(v) === String(filters[f] ?? "") }, String(v) || "-")));
     return h("label", {}, f.replace("_", " "), sel);
@@ -288,7 +300,7 @@ async function viewEpisodes(params) {
     ["score", "score"], ["steps", "num_steps"], ["LLM calls", "llm_calls"], ["mode", "mode"]];
   const sortable = new Set(ov.sorts || cols.map(c => c[1]));
   const heads = cols.map(([label, key]) => sortable.has(key) ? h("th", { class: "sortable" + (sort === key ? (desc ? " sorted-desc" : " sorted-asc") : ""),
-    "data-sort": key, onclick: () => { location.hash = href("episodes", Object.assign({}, filters, { sort: key, desc: sort === key && !desc ? "1" : "" })); } }, label)
+    "data-sort": key, onclick: () => { location.hash = href("episodes", Object.assign(liveFilters(), { sort: key, desc: sort === key && !desc ? "1" : "" })); } }, label)
     : h("th", {}, label));
   return h("section", { id: "view-episodes" }, h("h2", {}, "Episodes"), bar, pager,
     h("table", { id: "episodes-table" }, h("thead", {}, h("tr", {}, heads)), h("tbody", {}, rows)));
