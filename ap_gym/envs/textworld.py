@@ -179,7 +179,7 @@ def goal_of(game_file: Path, challenge: str) -> str | None:
     if challenge not in ("tw-coin_collector", "tw-treasure_hunter", "tw-cooking"):
         return None
     kept = Path(game_file).parent / f"goal-{challenge}.json"
-    with contextlib.suppress(OSError, ValueError, KeyError):
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # a damaged copy is worked out again
         return str(json.loads(kept.read_text())["goal"])
     goal = _work_out_goal(game_file, challenge)
     with contextlib.suppress(OSError):  # a read-only cache only costs the time again

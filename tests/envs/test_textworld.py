@@ -9,7 +9,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import ap_gym
-from ap_gym.envs.textworld import default_suite, ensure_game
+from ap_gym.envs.textworld import default_suite, ensure_game, goal_of
 from ap_gym.errors import UnknownTaskError
 from ap_gym.policies import WalkthroughPolicy
 
@@ -92,6 +92,19 @@ def test_half_written_cache_is_regenerated(tmp_path, monkeypatch):
     (path.parent / "game.json").unlink()  # as if killed mid-write
     again = ensure_game(spec)
     assert again.exists() and (again.parent / "game.json").exists()
+
+
+def test_a_damaged_kept_goal_is_worked_out_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("AP_GYM_CACHE", str(tmp_path))
+    spec = next(s for s in default_suite()["test"] if s.challenge == "tw-coin_collector")
+    game = ensure_game(spec)
+    goal = goal_of.__wrapped__(game, spec.challenge)  # past the per-process cache
+    stored = game.parent / f"goal-{spec.challenge}.json"
+    assert json.loads(stored.read_text()) == {"goal": goal}
+    for kept in ("[1, 2]", '{"goal"', '{"other": 1}', '"a string"'):  # a list, cut short, no goal, not an object
+        stored.write_text(kept)
+        assert goal_of.__wrapped__(game, spec.challenge) == goal, kept
+        assert json.loads(stored.read_text()) == {"goal": goal}, kept
 
 
 def test_user_games(tw_env):
