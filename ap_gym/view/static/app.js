@@ -248,11 +248,12 @@ function curve(panel) {
 const FILTERS = ["benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome"];
 const PER_PAGE = 50;
 
-function liveFilters() {
-  const { params } = route(), p = {};
+function filtersOf(params) {
+  const p = {};
   for (const f of FILTERS) if (params[f] !== undefined && params[f] !== "") p[f] = params[f];
   return p;
 }
+function liveFilters() { return filtersOf(route().params); }
 
 async function queryEpisodes(k, filters, page, sort, desc) {
   if (MODE === "server") {
@@ -269,8 +270,7 @@ async function queryEpisodes(k, filters, page, sort, desc) {
 async function viewEpisodes(params) {
   const k = currentRun();
   const ov = await api(`run/${k}/overview`);
-  const filters = {};
-  for (const f of FILTERS) if (params[f] !== undefined && params[f] !== "") filters[f] = params[f];
+  const filters = filtersOf(params);
   const page = Number(params.page || 0);
   const sort = params.sort || "", desc = params.desc === "1";
   const result = await queryEpisodes(k, filters, page, sort, desc);
