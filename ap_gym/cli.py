@@ -181,18 +181,18 @@ def _print_final(run_dir: object) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ap_gym.protocol.results import load_episodes
+    from ap_gym.protocol.results import load_headers
 
-    lines = [x for x in load_episodes(run_dir) if x["phase"] == "eval"]
-    last = max((x["iteration"] for x in lines), default=0)
+    lines = [h for h in load_headers(run_dir) if h.phase == "eval"]
+    last = max((h.iteration for h in lines), default=0)
     table = Table(title=f"held-out tasks, final iteration ({last})")
     for col in ("benchmark", "policy", "seed", "task", "success", "score", "steps", "LLM calls", "end"):
         table.add_column(col)
-    for x in lines:
-        if x["iteration"] == last:
-            score = "-" if x["score"] is None else f"{x['score']:g}/{x['max_score']:g}" if x["max_score"] else f"{x['score']:g}"
-            table.add_row(x["benchmark"], x["policy"], str(x["seed"]), x["task_id"], "yes" if x["success"] else "no",
-                          score, str(x["num_steps"]), str(x["usage"]["llm_calls"]), x["termination"])
+    for h in lines:
+        if h.iteration == last:
+            score = "-" if h.score is None else f"{h.score:g}/{h.max_score:g}" if h.max_score else f"{h.score:g}"
+            table.add_row(h.benchmark, h.policy, str(h.seed), h.task_id, "yes" if h.success else "no",
+                          score, str(h.num_steps), str(h.usage.llm_calls), h.termination.value)
     Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 

@@ -19,6 +19,7 @@ from rich.table import Table
 
 import ap_gym
 from ap_gym.policies import RandomPolicy, WalkthroughPolicy
+from ap_gym.protocol.results import EpisodeLine
 from ap_gym.types import Episode
 
 __all__ = ["episode_table", "run_demo"]
@@ -64,9 +65,9 @@ def run_demo(tasks_per_benchmark: int = 3, out: str | Path = "results/demo", bac
                     rows.append((bench, name, ep))
         finally:
             env.close()
-    with open(out / "episodes.jsonl", "w") as f:
-        for bench, name, ep in rows:
-            f.write(json.dumps({"benchmark": bench, "policy": name, **ep.to_dict()}) + "\n")
+    with open(out / "episodes.jsonl", "w") as f:  # the results format's lines, one per episode
+        for index, (bench, name, ep) in enumerate(rows):
+            f.write(EpisodeLine.of("eval", 0, index, bench, name, 0, 1, ep).to_json() + "\n")
     summary = {}
     for bench, name, ep in rows:
         s = summary.setdefault(f"{bench}/{name}", {"episodes": 0, "successes": 0, "steps": 0})

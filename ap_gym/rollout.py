@@ -92,12 +92,8 @@ def _finish(
     policy: Policy, episode: Episode, seed: int | None, training: bool, *, began: bool = True
 ) -> Episode:
     trace: PolicyTrace = policy.trace() if began else PolicyTrace()
-    steps = tuple(
-        dataclasses.replace(step, prompt=t.prompt, response=t.response, parse_failure=t.parse_failure,
-                            reasoning=t.reasoning, candidates=t.candidates, reduction=t.reduction,
-                            logprob=t.logprob, messages=t.messages)
-        for step, t in zip(episode.steps, trace.steps, strict=False)
-    ) + episode.steps[len(trace.steps):]
+    steps = tuple(dataclasses.replace(step, trace=t) for step, t in zip(episode.steps, trace.steps, strict=False)) \
+        + episode.steps[len(trace.steps):]
     episode = dataclasses.replace(
         episode, steps=steps, usage=trace.usage, policy_info=dict(trace.info), seed=seed,
         training=training,

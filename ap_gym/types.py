@@ -11,7 +11,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -63,6 +63,11 @@ class Usage:
 
     def calls_for(self, purpose: str) -> int:
         return self.calls.get(purpose, 0)
+
+    @property
+    def tokens(self) -> int:
+        """Prompt and completion tokens over every purpose: what the calls cost."""
+        return sum(self.prompt_tokens.values()) + sum(self.completion_tokens.values())
 
     def __add__(self, other: Usage) -> Usage:
         def merge(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
@@ -124,70 +129,96 @@ class UsageMeter:
 
 
 @dataclass(frozen=True)
-class Step:
-    """One environment step: the action, what came back, and what the policy saw.
+class StepTrace:
+    """What a policy reports about one ``act`` call; a :class:`Step` holds it whole.
 
-    ``candidates`` and ``reduction`` are set when the policy chose among admissible
-    commands by score: the best-scored candidates as ``(command, score)``, best first,
-    and how token log-likelihoods were reduced (``"sum"`` or ``"mean"``). ``logprob`` is
-    the policy's log-probability of the action it took, when it sampled one (a stochastic
-    ``choose``, a sampled generation): what a policy-gradient trainer needs.
-    ``messages`` is the chat the backbone saw, when the agent records it
-    (``AgentConfig.record_messages``); ``prompt`` is always its readable transcript.
+    Attributes:
+        prompt: the readable transcript of the chat the backbone saw.
+        response: the model's raw output (or, for ``choose``, what was chosen and why).
+        parse_failure: the output had to be repaired to become a command.
+        reasoning: the thought a ReAct reply wrote before its action.
+        candidates: when the policy chose among admissible commands by their
+            log-likelihood: the best candidates as ``(command, log-likelihood)``, best
+            first. Only true log-likelihoods of a command's canonical tokens are kept here.
+        reduction: how token log-likelihoods were reduced (``"sum"`` or ``"mean"``), or
+            ``"constrained"`` when a constrained generation chose (then ``candidates`` is
+            ``None``: its values are not log-likelihoods).
+        logprob: the policy's log-probability of the action it took, when it sampled one
+            (a stochastic ``choose``, a sampled generation): what a policy gradient needs.
+        messages: the chat the backbone saw, when the agent records it.
+        masked_logprob: a constrained generation's log-probability of its pick, taken after
+            the grammar's mask (renormalised over the allowed tokens): kept under its own
+            name because it is not the model's log-likelihood of the command.
+    """
+
+    prompt: str | None = None
+    response: str | None = None
+    parse_failure: bool = False
+    reasoning: str | None = None
+    candidates: tuple[tuple[str, float], ...] | None = None
+    reduction: str | None = None
+    logprob: float | None = None
+    messages: tuple[Mapping[str, str], ...] | None = None
+    masked_logprob: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields that were set (a default is left out, so a bare step stays small)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None or (f.name == "parse_failure" and not value):
+                continue
+            if f.name == "candidates":
+                value = [[c, v] for c, v in value]
+            elif f.name == "messages":
+                value = [dict(m) for m in value]
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StepTrace:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in d.items() if k in known}
+        if values.get("candidates") is not None:
+            values["candidates"] = tuple((str(c), float(v)) for c, v in values["candidates"])
+        if values.get("messages") is not None:
+            values["messages"] = tuple({"role": str(m["role"]), "content": str(m["content"])}
+                                       for m in values["messages"])
+        values["parse_failure"] = bool(values.get("parse_failure", False))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One environment step: the action, what came back, and the policy's trace of it.
+
     ``seconds`` is the step's wall time: from the previous observation to this one (the
-    policy's decision and the env's step).
+    policy's decision and the env's step). ``trace`` is what the policy said about the
+    step (:class:`StepTrace`): the prompt, the raw response, the scored candidates.
     """
 
     action: str
     observation: str
     reward: float
     score: float | None = None
-    prompt: str | None = None
-    response: str | None = None
-    parse_failure: bool = False
-    reasoning: str | None = None
-    candidates: tuple[tuple[str, float], ...] | None = None
-    reduction: str | None = None
-    logprob: float | None = None
-    messages: tuple[Mapping[str, str], ...] | None = None
     seconds: float | None = None
-
-    #: Fields a step carries only when they were set (omitted from JSON otherwise).
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("candidates", "reduction", "logprob", "messages", "seconds")
+    trace: StepTrace = StepTrace()
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        for key in self.OPTIONAL:
-            if d[key] is None:
-                del d[key]
-        if d.get("messages") is not None:
-            d["messages"] = [dict(m) for m in d["messages"]]
+        d: dict[str, Any] = {"action": self.action, "observation": self.observation, "reward": self.reward,
+                             "score": self.score}
+        if self.seconds is not None:
+            d["seconds"] = self.seconds
+        trace = self.trace.to_dict()
+        if trace:
+            d["trace"] = trace
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Step:
-        d = dict(d)
-        if d.get("candidates") is not None:
-            d["candidates"] = tuple((str(c), float(v)) for c, v in d["candidates"])
-        if d.get("messages") is not None:
-            d["messages"] = tuple({"role": str(m["role"]), "content": str(m["content"])} for m in d["messages"])
-        return cls(**d)
-
-
-@dataclass(frozen=True)
-class StepTrace:
-    """What a policy reports about one ``act`` call: the exact prompt and raw output, the
-    reasoning the model wrote before its action (ReAct), and the scored candidates when
-    it chose among admissible commands (see :class:`Step`)."""
-
-    prompt: str | None = None
-    response: str | None = None
-    parse_failure: bool = False
-    reasoning: str | None = None
-    candidates: tuple[tuple[str, float], ...] | None = None
-    reduction: str | None = None
-    logprob: float | None = None
-    messages: tuple[Mapping[str, str], ...] | None = None
+        seconds = d.get("seconds")
+        return cls(str(d["action"]), str(d["observation"]), float(d["reward"]), d.get("score"),
+                   float(seconds) if seconds is not None else None, StepTrace.from_dict(d.get("trace") or {}))
 
 
 @dataclass(frozen=True)
@@ -235,9 +266,10 @@ class Episode:
 
     @property
     def parse_failures(self) -> int:
-        return sum(s.parse_failure for s in self.steps)
+        return sum(s.trace.parse_failure for s in self.steps)
 
-    def to_dict(self) -> dict[str, Any]:
+    def header_dict(self) -> dict[str, Any]:
+        """Everything but the steps (with their count): what a reader of outcomes needs."""
         return {
             "task_id": self.task_id,
             "task_family": self.task_family,
@@ -255,17 +287,21 @@ class Episode:
             "seed": self.seed,
             "training": self.training,
             "policy_info": dict(self.policy_info),
-            "steps": [s.to_dict() for s in self.steps],
         }
 
+    def to_dict(self) -> dict[str, Any]:
+        """The episode as JSON: :meth:`header_dict` and its steps."""
+        return {**self.header_dict(), "steps": [s.to_dict() for s in self.steps]}
+
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Episode:
+    def from_dict(cls, d: Mapping[str, Any], steps: Sequence[Mapping[str, Any]] | None = None) -> Episode:
+        """The episode of :meth:`to_dict` (or of a header and ``steps`` read apart)."""
         return cls(
-            task_id=d["task_id"],
-            task_family=d["task_family"],
-            instruction=d["instruction"],
-            initial_observation=d.get("initial_observation", ""),
-            steps=tuple(Step.from_dict(s) for s in d.get("steps", [])),
+            task_id=str(d["task_id"]),
+            task_family=str(d["task_family"]),
+            instruction=str(d["instruction"]),
+            initial_observation=str(d.get("initial_observation", "")),
+            steps=tuple(Step.from_dict(s) for s in (d.get("steps", []) if steps is None else steps)),
             success=bool(d["success"]),
             score=d.get("score"),
             max_score=d.get("max_score"),

@@ -259,13 +259,13 @@ def _damaged_line() -> str:
     for i in range(5):
         ep = Episode(task_id=f"t{i}", task_family="f", instruction="", initial_observation="", steps=(),
                      success=False, score=None, max_score=None, termination=Termination.LOST, seed=0)
-        log.append(EpisodeLine("eval", 0, i, "b", "p", 0, 1, ep.to_dict()))
+        log.append(EpisodeLine.of("eval", 0, i, "b", "p", 0, 1, ep))
     lines = (directory / "episodes.jsonl").read_text().splitlines()
     lines[2] = lines[2][:30]
     (directory / "episodes.jsonl").write_text("\n".join(lines) + "\n")
-    kept = [x["index"] for x in load_episodes(TMP / "run")]
+    kept = [x.header.index for x in load_episodes(TMP / "run")]
     EpisodeLog(directory / "episodes.jsonl")  # as a resume opens it
-    again = [x["index"] for x in load_episodes(TMP / "run")]
+    again = [x.header.index for x in load_episodes(TMP / "run")]
     return "handled|valid lines kept" if kept == again == [0, 1, 3, 4] else f"data loss|kept {kept} then {again}"
 
 

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from ap_gym.protocol import RunConfig, load_episodes, run, summarise
+from ap_gym.protocol import RunConfig, load_headers, run, summarise
 
 DESIGNS = ["no_memory", "trajectory", "abstraction", "joint", "reflexion", "autorefine", "anti_persistence"]
 
@@ -59,16 +59,16 @@ def main() -> None:
     # Not the spec's metric, but where the designs differ: what memory costs while it is built.
     out += ["", "Training episodes (memory being built), mean per task (not the spec's metric):", "",
             "| design | LLM calls | acting | synthesis | embeddings |", "|---|---|---|---|---|"]
-    lines = [x for x in load_episodes(run_dir) if x["phase"] == "train"]
+    lines = [h for h in load_headers(run_dir) if h.phase == "train"]
     for design in DESIGNS:
-        eps = [x for x in lines if x["policy"] == design]
+        eps = [h for h in lines if h.policy == design]
         if not eps:
             out.append(f"| {design} | stateless: no training episodes | | | |")
             continue
         n = len(eps)
-        acting = sum(x["usage"]["calls"].get("acting", 0) for x in eps) / n
-        total = sum(x["usage"]["llm_calls"] for x in eps) / n
-        embeddings = sum(x["usage"].get("embedding_calls", 0) for x in eps) / n
+        acting = sum(h.usage.calls_for("acting") for h in eps) / n
+        total = sum(h.usage.llm_calls for h in eps) / n
+        embeddings = sum(h.usage.embedding_calls for h in eps) / n
         out.append(f"| {design} | {total:.2f} | {acting:.2f} | {total - acting:.2f} | {embeddings:.2f} |")
     emit("llm_calls", "`llm_calls.py`: LLM calls per held-out task, every memory design", "\n".join(out))
     print(f"results: {run_dir}")

@@ -86,10 +86,10 @@ class Side:
         finally:
             env.close()
             runner.close()
-        infra = [r for r in results.values() if r.episode["termination"] == "infrastructure_failure"]
+        infra = [r for r in results.values() if r.episode.infrastructure_failure]
         if infra:
-            raise RuntimeError(f"{self.name}: {len(infra)} infrastructure failures: {infra[0].episode['error']}")
-        self.episodes = [(r.episode["task_id"], [s["action"] for s in r.episode["steps"]]) for _, r in sorted(results.items())]
+            raise RuntimeError(f"{self.name}: {len(infra)} infrastructure failures: {infra[0].episode.error}")
+        self.episodes = [(r.episode.task_id, [s.action for s in r.episode.steps]) for _, r in sorted(results.items())]
         self.steps = sum(len(a) for _, a in self.episodes)
         if timed:
             self.times.append(seconds)

@@ -52,9 +52,9 @@ def evaluate(config: RunConfig, tasks: list[str]) -> tuple[float, float, list[An
     finally:
         env.close()
         runner.close()
-    busy = {"busy_s": sum(r.episode["wall_time_s"] for r in results.values()),
-            "steps": sum(r.episode["num_steps"] for r in results.values())}
-    episodes = [(r.episode["task_id"], [s["action"] for s in r.episode["steps"]], r.episode["success"])
+    busy = {"busy_s": sum(r.episode.wall_time_s for r in results.values()),
+            "steps": sum(r.episode.num_steps for r in results.values())}
+    episodes = [(r.episode.task_id, [s.action for s in r.episode.steps], r.episode.success)
                 for _, r in sorted(results.items())]
     return warmup, seconds, episodes, busy
 

@@ -37,6 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ap_gym.protocol.results import EpisodeLine  # noqa: E402
+from ap_gym.types import Episode, Step, StepTrace, Termination, Usage  # noqa: E402
 from benchmarks._bench import emit, machine, spread  # noqa: E402
 
 POLICIES = ("no_memory", "trajectory", "abstraction", "anti_persistence")
@@ -64,21 +66,19 @@ def write_run(root: Path, episodes: int) -> Path:
                     phase = "train" if i < train else "eval"
                     n = 10
                     success = (hash((policy, seed, it, i)) % 10) < 3 + it // 3
-                    steps = [{"action": f"search[item {k}]", "observation": f"Page {k}: results for item {k}. " * 3,
-                              "reward": 0.0, "score": 0.0, "prompt": prompt + f"step {k}", "response": f"search[item {k}]",
-                              "parse_failure": False, "reasoning": None} for k in range(n)]
-                    line = {"phase": phase, "iteration": it, "index": i, "benchmark": "shop", "policy": policy,
-                            "seed": seed, "attempts": 1, "task_id": f"shop/{i % 400}", "task_family": f"f{i % 7}",
-                            "instruction": f"Buy item {i}.", "initial_observation": "Welcome to the shop.",
-                            "success": bool(success), "score": float(success), "max_score": 1.0,
-                            "termination": "success" if success else "step_limit", "num_steps": n, "parse_failures": 0,
-                            "wall_time_s": 1.0, "usage": {"llm_calls": n, "calls": {"acting": n},
-                                                          "prompt_tokens": {"acting": 900}, "completion_tokens": {"acting": 40},
-                                                          "embedding_calls": 1},
-                            "error": None, "training": phase == "train",
-                            "policy_info": {"mode": "corrective" if policy == "anti_persistence" else None,
-                                            "retrieved_records": []}, "steps": steps}
-                    f.write(json.dumps(line) + "\n")
+                    steps = tuple(Step(f"search[item {k}]", f"Page {k}: results for item {k}. " * 3, 0.0, 0.0,
+                                       trace=StepTrace(prompt + f"step {k}", f"search[item {k}]")) for k in range(n))
+                    episode = Episode(
+                        task_id=f"shop/{i % 400}", task_family=f"f{i % 7}", instruction=f"Buy item {i}.",
+                        initial_observation="Welcome to the shop.", steps=steps, success=bool(success),
+                        score=float(success), max_score=1.0,
+                        termination=Termination.WON if success else Termination.STEP_LIMIT, wall_time_s=1.0,
+                        usage=Usage({"acting": n}, {"acting": 900}, {"acting": 40}, 1), seed=seed,
+                        training=phase == "train",
+                        policy_info={"mode": "corrective" if policy == "anti_persistence" else None,
+                                     "retrieved_records": []})
+                    line = EpisodeLine.of(phase, it, i, "shop", policy, seed, 1, episode)
+                    f.write(line.to_json() + "\n")
     return run
 
 

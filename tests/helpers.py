@@ -76,9 +76,9 @@ def eval_results(run_dir: Path) -> dict:
     """Held-out episodes by (policy, iteration, task): actions, success, mode."""
     from ap_gym.protocol.results import load_episodes
 
-    return {(x["policy"], x["iteration"], x["task_id"]): ([s["action"] for s in x["steps"]], x["success"],
-                                                          x["policy_info"].get("mode"))
-            for x in load_episodes(run_dir) if x["phase"] == "eval"}
+    return {(x.header.policy, x.header.iteration, x.header.task_id): ([s.action for s in x.steps], x.header.success,
+                                                          x.header.policy_info.get("mode"))
+            for x in load_episodes(run_dir) if x.header.phase == "eval"}
 
 
 def _kill_when(path: Path, proc: subprocess.Popen, predicate, timeout: float = 240,
@@ -86,7 +86,9 @@ def _kill_when(path: Path, proc: subprocess.Popen, predicate, timeout: float = 2
     deadline = time.time() + timeout
     while time.time() < deadline:
         if path.exists():
-            lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip().endswith("}")]
+            from ap_gym.protocol.results import parse_line
+
+            lines = [parse_line(x) for x in path.read_text().splitlines() if x.strip().endswith("}")]
             if predicate(lines):
                 os.kill(proc.pid, sig)
                 proc.wait(120)
@@ -165,8 +167,7 @@ def synthetic_run(root: Path, name: str, outcomes: dict[str, list[bool]], *, ben
             for i, won in enumerate(wins):
                 episode = Episode(f"{benchmark}/{i}", "f", "do it", "", (), won, 100.0 * won, 100.0,
                                   Termination.WON if won else Termination.LOST, seed=seed)
-                lines.append(json.dumps(EpisodeLine("eval", 0, i, benchmark, label, seed, 1,
-                                                    episode.to_dict()).to_dict()))
+                lines.append(EpisodeLine.of("eval", 0, i, benchmark, label, seed, 1, episode).to_json())
             (directory / EPISODES).write_text("\n".join(lines) + "\n")
     return run_dir
 

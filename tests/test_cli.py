@@ -8,7 +8,6 @@ each fix is what makes them pass.
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import threading
@@ -20,6 +19,7 @@ import pytest
 import yaml
 
 from ap_gym.cli import main
+from ap_gym.protocol.results import parse_line
 
 #: Short tiny-backbone episodes (the same options as tests.helpers.TINY_AGENT, inlined so
 #: that this module imports nothing but the CLI).
@@ -97,9 +97,9 @@ def test_resume_keeps_the_valid_lines_after_a_damaged_one(tmp_path, capsys, capl
     assert main(["run", str(cfg), "--out", str(out)]) == 0
     kept = log.read_text().splitlines()
     assert kept[:middle] + kept[middle:len(lines) - 1] == lines[:middle] + lines[middle + 1:]  # byte for byte
-    replayed = [json.loads(x) for x in kept[len(lines) - 1:]]  # only the damaged line's episode, played again
-    assert [(x["phase"], x["index"]) for x in replayed] == [(json.loads(lines[middle])["phase"],
-                                                            json.loads(lines[middle])["index"])]
+    replayed = [parse_line(x).header for x in kept[len(lines) - 1:]]  # only the damaged line's episode, played again
+    assert [(h.phase, h.index) for h in replayed] == [(parse_line(lines[middle]).header.phase,
+                                                       parse_line(lines[middle]).header.index)]
     assert "damaged" in capsys.readouterr().err + caplog.text
     assert log.with_suffix(".jsonl.bad").read_text(errors="replace").startswith(lines[middle][:30])
 

@@ -32,7 +32,7 @@ def test_run_episode_builds_a_complete_episode():
     ep = ap_gym.run_episode(env, policy, task_id="c/1", seed=3)
     assert ep.success and ep.termination is Termination.WON and ep.num_steps == 4
     assert [s.action for s in ep.steps] == ["add", "look", "add", "add"]
-    assert [s.prompt for s in ep.steps] == ["P0", "P1", "P2", "P3"]
+    assert [s.trace.prompt for s in ep.steps] == ["P0", "P1", "P2", "P3"]
     assert ep.usage.calls_for("acting") == 4 and ep.usage.calls_for("reflection") == 1
     assert ep.usage.prompt_tokens["acting"] == 40
     assert policy.ended[0].usage.calls_for("reflection") == 0  # end sees the episode itself

@@ -54,9 +54,11 @@ class BasePolicy:
     def record_step(self, prompt: str | None = None, response: str | None = None, parse_failure: bool = False,
                     reasoning: str | None = None, *, candidates: tuple[tuple[str, float], ...] | None = None,
                     reduction: str | None = None, logprob: float | None = None,
-                    messages: Sequence[Mapping[str, str]] | None = None) -> None:
+                    messages: Sequence[Mapping[str, str]] | None = None,
+                    masked_logprob: float | None = None) -> None:
         self._steps.append(StepTrace(prompt, response, parse_failure, reasoning, candidates, reduction, logprob,
-                                     tuple(dict(m) for m in messages) if messages is not None else None))
+                                     tuple(dict(m) for m in messages) if messages is not None else None,
+                                     masked_logprob))
 
     def trace(self) -> PolicyTrace:
         return PolicyTrace(self.meter.snapshot(), tuple(self._steps), dict(self.decisions))

@@ -24,6 +24,7 @@ __all__ = [
     "Runner",
     "heldout_subset",
     "load_episodes",
+    "load_headers",
     "run",
     "summarise",
     "training_sample",
@@ -32,7 +33,8 @@ __all__ = [
 _WHERE = {
     "ConfigError": "config", "PolicySpec": "config", "RunConfig": "config",
     "Runner": "loop", "heldout_subset": "loop", "run": "loop", "training_sample": "loop",
-    "EpisodeLine": "results", "EpisodeLog": "results", "load_episodes": "results", "summarise": "results",
+    "EpisodeLine": "results", "EpisodeLog": "results", "load_episodes": "results", "load_headers": "results",
+    "summarise": "results",
 }
 
 

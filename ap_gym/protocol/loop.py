@@ -262,7 +262,7 @@ class Runner:
         if config.executor == "local" and config.workers <= 1 and (config.lanes <= 1 or len(remaining) == 1):
             for index, task_id in remaining:
                 episode, attempts = run_with_retries(env, policy, task_id, setting.seed, config.retries)
-                yield index, EvalResult(episode.to_dict(), attempts)
+                yield index, EvalResult(episode, attempts)
             return
         groups = list(chunks(remaining, config.lanes))
         jobs = [EvalJob(setting.benchmark, setting.label, setting.seed, snapshot, tuple(t for _, t in group),
@@ -324,8 +324,8 @@ class SettingRun:
 
     def line(self, phase: str, iteration: int, index: int, result: EvalResult) -> EpisodeLine:
         s = self.setting
-        return EpisodeLine(phase, iteration, index, s.benchmark, s.label, s.seed, result.attempts, result.episode,
-                           s.backbone)
+        return EpisodeLine.of(phase, iteration, index, s.benchmark, s.label, s.seed, result.attempts, result.episode,
+                              s.backbone)
 
     def train(self, it: int) -> None:
         """Iteration ``it``'s training (resumed from its snapshot when it was finished)."""
@@ -350,7 +350,7 @@ class SettingRun:
         for index, task_id in enumerate(sample):
             episode, attempts = run_with_retries(self.env, self.policy, task_id, self.setting.seed,
                                                  self.config.retries)
-            self.log.append(self.line("train", it, index, EvalResult(episode.to_dict(), attempts)))
+            self.log.append(self.line("train", it, index, EvalResult(episode, attempts)))
             self.bar.advance(self.task)
         if self.stateful:
             self.runner._save_snapshot(self.policy, snapshot)

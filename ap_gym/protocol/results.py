@@ -2,10 +2,21 @@
 
 A run directory holds ``config.json`` (the resolved config, package version, backbones),
 ``prompts.json``, ``summary.json`` and, per setting (benchmark x [backbone x] policy x
-seed), ``<benchmark>/[<backbone>/]<policy>/seed<k>/episodes.jsonl``: one :class:`EpisodeLine` per episode,
-its position in the protocol (phase, iteration, index) followed by everything the
-:class:`~ap_gym.types.Episode` carries. ``ap-gym report`` and ``ap-gym view`` read runs
-through this module and never import the runner.
+seed), ``<benchmark>/[<backbone>/]<policy>/seed<k>/episodes.jsonl``: one line per
+episode, a typed, versioned record.
+
+A line of schema 2 (:data:`SCHEMA_VERSION`) is ``{"schema": 2, "head": {...}, "steps":
+[...]}``: ``head`` is the :class:`EpisodeHeader` (where the episode sits in the protocol,
+then everything of the :class:`~ap_gym.types.Episode` but its steps, with their count),
+``steps`` its :class:`~ap_gym.types.Step` s, each holding its trace. The head comes
+first, so :func:`parse_header` reads it without parsing the steps (most of a line's
+bytes: prompts). Lines of schema 1 (ap-gym's format before the schema was versioned: one
+flat object, trace fields inside each step) are read and converted; a line of any other
+schema is refused with the version named (:class:`SchemaError`).
+
+Everything else (the report, the viewer's index, the studies, the benchmarks) reads
+results through this module and gets typed objects back; none of them reads a line's
+JSON by key. ``ap-gym report`` and ``ap-gym view`` never import the runner.
 
 A line cut short by a kill is dropped on resume; a damaged line elsewhere is moved to
 ``episodes.jsonl.bad`` with a warning, and every valid line around it is kept.
@@ -13,34 +24,44 @@ A line cut short by a kill is dropped on resume; a damaged line elsewhere is mov
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ap_gym.errors import APGymError
 from ap_gym.paths import atomic_write_text
-from ap_gym.types import Termination
+from ap_gym.types import Episode, Step, Termination, Usage
 
 __all__ = [
     "BENCHMARK",
     "EPISODES",
+    "SCHEMA_VERSION",
+    "EpisodeHeader",
     "EpisodeLine",
     "EpisodeLog",
     "Rates",
+    "SchemaError",
     "load_abstraction_vectors",
     "load_abstractions",
     "load_benchmark",
     "load_config",
     "load_episodes",
+    "load_headers",
     "load_record_keys",
     "load_records",
     "load_stand_ins",
-    "read_lines",
+    "parse_header",
+    "parse_line",
+    "read_log",
+    "read_at",
+    "scan",
     "setting_dirs",
-    "setting_key",
     "summarise",
 ]
 
@@ -50,11 +71,24 @@ EPISODES = "episodes.jsonl"
 #: Per setting: which benchmark ran and what stood in for it (``stand_in``).
 BENCHMARK = "benchmark.json"
 PHASES = ("train", "eval")
+#: The schema this ap-gym writes; :data:`SCHEMAS_READ` the ones it reads.
+SCHEMA_VERSION = 2
+SCHEMAS_READ = (1, 2)
+
+
+class SchemaError(APGymError, ValueError):
+    """A results line of a schema this ap-gym does not read (written by a newer one)."""
+
+
+class DamagedLine(ValueError):
+    """A line that is not an episode record of any schema (cut, edited, not JSON)."""
 
 
 @dataclass(frozen=True)
-class EpisodeLine:
-    """One line of ``episodes.jsonl``: where the episode sits in the protocol, then the episode."""
+class EpisodeHeader:
+    """An episode line without its steps: where the episode sits in the protocol (phase,
+    iteration, index, benchmark, [backbone,] policy label, seed, attempts), then what the
+    episode came to. What the report, the summary and the viewer's index read."""
 
     phase: str
     iteration: int
@@ -63,84 +97,344 @@ class EpisodeLine:
     policy: str
     seed: int
     attempts: int
-    episode: Mapping[str, Any]
+    task_id: str
+    task_family: str
+    instruction: str
+    success: bool
+    score: float | None
+    max_score: float | None
+    termination: Termination
+    num_steps: int
+    parse_failures: int = 0
+    wall_time_s: float = 0.0
+    usage: Usage = field(default_factory=Usage)
+    error: str | None = None
+    training: bool = False
+    policy_info: Mapping[str, Any] = field(default_factory=dict)
+    initial_observation: str = ""
     backbone: str | None = None
+    schema: int = SCHEMA_VERSION
+
+    @property
+    def setting(self) -> str:
+        """``<benchmark>/[<backbone>/]<policy>/seed<k>``: a setting's name in summaries and reports."""
+        middle = f"{self.backbone}/" if self.backbone else ""
+        return f"{self.benchmark}/{middle}{self.policy}/seed{self.seed}"
+
+    @property
+    def infrastructure_failure(self) -> bool:
+        return self.termination is Termination.INFRA
+
+    @property
+    def outcome(self) -> str:
+        """``success``, ``failure`` or ``infrastructure_failure``."""
+        if self.infrastructure_failure:
+            return Termination.INFRA.value
+        return "success" if self.success else "failure"
+
+    @property
+    def tokens(self) -> int:
+        """Prompt and completion tokens of every LLM call of the episode."""
+        return self.usage.tokens
 
     def to_dict(self) -> dict[str, Any]:
-        where = {"phase": self.phase, "iteration": self.iteration, "index": self.index, "benchmark": self.benchmark}
+        out = {"phase": self.phase, "iteration": self.iteration, "index": self.index, "benchmark": self.benchmark}
         if self.backbone is not None:  # a run with several backbones: the line names its own
-            where["backbone"] = self.backbone
-        return {**where, "policy": self.policy, "seed": self.seed, "attempts": self.attempts, **self.episode}
+            out["backbone"] = self.backbone
+        out.update(policy=self.policy, seed=self.seed, attempts=self.attempts, task_id=self.task_id,
+                   task_family=self.task_family, instruction=self.instruction,
+                   initial_observation=self.initial_observation, success=self.success, score=self.score,
+                   max_score=self.max_score, termination=self.termination.value, num_steps=self.num_steps,
+                   parse_failures=self.parse_failures, wall_time_s=self.wall_time_s, usage=self.usage.to_dict(),
+                   error=self.error, training=self.training, policy_info=dict(self.policy_info))
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], schema: int = SCHEMA_VERSION) -> EpisodeHeader:
+        """A head as written; a missing or mistyped field is a :class:`DamagedLine`."""
+        try:
+            score, max_score, backbone = d.get("score"), d.get("max_score"), d.get("backbone")
+            # a policy's decisions and the usage are secondary: damaged, they read as empty
+            info, usage = d.get("policy_info"), d.get("usage")
+            info = info if isinstance(info, Mapping) else {}
+            usage = _usage(usage) if isinstance(usage, Mapping) else Usage()
+            texts = (d["phase"], d["benchmark"], d["policy"], d["task_id"])
+            if not all(isinstance(t, str) for t in texts) or isinstance(d["seed"], bool | str):
+                raise TypeError("phase, benchmark, policy and task_id are text; seed is a number")
+            return cls(
+                phase=d["phase"], iteration=int(d["iteration"]), index=int(d["index"]), benchmark=d["benchmark"],
+                policy=d["policy"], seed=int(d["seed"]), attempts=int(d.get("attempts", 1)), task_id=d["task_id"],
+                task_family=str(d.get("task_family") or ""), instruction=str(d.get("instruction") or ""),
+                success=bool(d["success"]), score=float(score) if isinstance(score, int | float) else None,
+                max_score=float(max_score) if isinstance(max_score, int | float) else None,
+                termination=Termination(d["termination"]), num_steps=int(d.get("num_steps") or 0),
+                parse_failures=int(d.get("parse_failures") or 0), wall_time_s=float(d.get("wall_time_s") or 0.0),
+                usage=usage, error=d.get("error"), training=bool(d.get("training", False)),
+                policy_info=dict(info), initial_observation=str(d.get("initial_observation") or ""),
+                backbone=str(backbone) if backbone else None, schema=schema)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise DamagedLine(f"not an episode head ({type(e).__name__}: {e})") from None
 
 
-def setting_key(line: Mapping[str, Any]) -> str:
-    """``<benchmark>/[<backbone>/]<policy>/seed<k>``: a setting's name in summaries and reports."""
-    middle = f"{line['backbone']}/" if line.get("backbone") else ""
-    return f"{line['benchmark']}/{middle}{line['policy']}/seed{line['seed']}"
+def _usage(d: Mapping[str, Any]) -> Usage:
+    """A usage record; a part of the wrong type reads as empty."""
+    try:
+        return Usage.from_dict(d)
+    except (TypeError, ValueError, AttributeError):
+        return Usage()
 
 
-def read_lines(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
-    """The valid lines of a JSONL file and the damaged ones ``(line number, text)``.
+@dataclass(frozen=True)
+class EpisodeLine:
+    """One line of ``episodes.jsonl``: its :class:`EpisodeHeader` and the episode's steps."""
 
-    A last line without its newline that does not parse was cut by a kill: it is neither.
+    header: EpisodeHeader
+    steps: tuple[Step, ...] = ()
+
+    @classmethod
+    def of(cls, phase: str, iteration: int, index: int, benchmark: str, policy: str, seed: int, attempts: int,
+           episode: Episode, backbone: str | None = None) -> EpisodeLine:
+        """The line of ``episode``, played at this place of the protocol."""
+        head = {"phase": phase, "iteration": iteration, "index": index, "benchmark": benchmark, "policy": policy,
+                "seed": seed, "attempts": attempts, "backbone": backbone, **episode.header_dict()}
+        head["seed"] = seed
+        return cls(EpisodeHeader.from_dict(head), episode.steps)
+
+    @property
+    def episode(self) -> Episode:
+        """The :class:`~ap_gym.types.Episode` this line records."""
+        h = self.header
+        return Episode(task_id=h.task_id, task_family=h.task_family, instruction=h.instruction,
+                       initial_observation=h.initial_observation, steps=self.steps, success=h.success,
+                       score=h.score, max_score=h.max_score, termination=h.termination, wall_time_s=h.wall_time_s,
+                       usage=h.usage, error=h.error, seed=h.seed, policy_info=dict(h.policy_info),
+                       training=h.training)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The line as written: ``{"schema", "head", "steps"}``, the head first."""
+        return {"schema": SCHEMA_VERSION, "head": self.header.to_dict(), "steps": [s.to_dict() for s in self.steps]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+# ------------------------------------------------------------------ reading
+_HEAD = re.compile(rb'\A\s*\{\s*"schema"\s*:\s*(-?\d+)\s*,\s*"head"\s*:\s*')
+_FIRST_CHUNK = 1 << 16
+_DECODER = json.JSONDecoder()
+
+
+def _version(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DamagedLine(f"its schema is {value!r}, not a version number")
+    if value not in SCHEMAS_READ:
+        raise SchemaError(f"results schema {value} is not one this ap-gym {_package_version()} reads (it reads "
+                          f"{', '.join(map(str, SCHEMAS_READ))}): the run was written by another ap-gym; read it "
+                          "with that version, or re-run it")
+    return value
+
+
+def _package_version() -> str:
+    import ap_gym
+
+    return ap_gym.__version__
+
+
+#: The trace fields of a schema-1 step (held flat in the step then).
+_V1_TRACE = ("prompt", "response", "parse_failure", "reasoning", "candidates", "reduction", "logprob", "messages")
+
+
+def _from_v1(x: Mapping[str, Any]) -> EpisodeLine:
+    """A schema-1 line (one flat object, trace fields inside each step) as a typed line."""
+    steps = x.get("steps", [])
+    if not isinstance(steps, list):
+        raise DamagedLine("its steps are not a list")
+    try:
+        typed = tuple(Step.from_dict({**{k: v for k, v in s.items() if k not in _V1_TRACE},
+                                      "trace": {k: s[k] for k in _V1_TRACE if k in s}}) for s in steps)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise DamagedLine(f"a step is damaged ({type(e).__name__}: {e})") from None
+    return EpisodeLine(EpisodeHeader.from_dict(x, schema=1), typed)
+
+
+def _loads(raw: str | bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise DamagedLine(f"not JSON ({e})") from None
+
+
+def parse_line(raw: str | bytes) -> EpisodeLine:
+    """One results line, whole.
+
+    Raises:
+        SchemaError: a line of a schema this ap-gym does not read.
+        DamagedLine: anything else that is not an episode record.
     """
-    good: list[dict[str, Any]] = []
+    x = _loads(raw)
+    if not isinstance(x, dict):
+        raise DamagedLine(f"a JSON {type(x).__name__}, not an episode record")
+    if "schema" not in x:
+        if "phase" in x and "task_id" in x:
+            return _from_v1(x)
+        raise DamagedLine("it names no schema and is not a schema-1 episode line")
+    _version(x["schema"])
+    head, steps = x.get("head"), x.get("steps")
+    if not isinstance(head, dict) or not isinstance(steps, list):
+        raise DamagedLine("its head is not an object or its steps not a list")
+    try:
+        typed = tuple(Step.from_dict(s) for s in steps)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise DamagedLine(f"a step is damaged ({type(e).__name__}: {e})") from None
+    return EpisodeLine(EpisodeHeader.from_dict(head, schema=int(x["schema"])), typed)
+
+
+def parse_header(raw: bytes) -> EpisodeHeader:
+    """A results line's header, read without parsing its steps (schema 2: only the bytes of
+    its head are decoded and parsed; a schema-1 line is parsed whole)."""
+    match = _HEAD.match(raw)
+    if match is None:
+        return parse_line(raw).header
+    version = _version(int(match[1]))
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    text, start, size = "", match.end(), _FIRST_CHUNK
+    while True:  # the head is a few kB: decode more of the line only when it is longer
+        chunk = raw[start:start + size]
+        try:
+            text += decoder.decode(chunk, final=start + size >= len(raw))
+        except UnicodeDecodeError as e:
+            raise DamagedLine(f"not UTF-8 ({e})") from None
+        start += size
+        try:
+            head, _ = _DECODER.raw_decode(text)
+        except ValueError:
+            if start >= len(raw):
+                raise DamagedLine("its head is cut short or not JSON") from None
+            size *= 4
+            continue
+        if not isinstance(head, dict):
+            raise DamagedLine("its head is not an object")
+        return EpisodeHeader.from_dict(head, schema=version)
+
+
+def scan(path: Path) -> Iterator[tuple[int, int, EpisodeHeader | None]]:
+    """``(offset, length, header)`` of every line of a results file, in order: the header is
+    ``None`` for a damaged line and for the tail of a line cut by a kill. Reads the file
+    once; parses only each line's head.
+
+    Raises:
+        SchemaError: a line of a schema this ap-gym does not read.
+    """
+    offset = 0
+    with open(path, "rb") as f:
+        for raw in f:
+            length = len(raw)
+            if raw.strip():
+                try:
+                    header: EpisodeHeader | None = parse_header(raw.rstrip(b"\r\n"))
+                except DamagedLine:
+                    header = None
+                yield offset, length, header
+            offset += length
+
+
+def read_at(path: Path, offset: int, length: int) -> EpisodeLine:
+    """The line at ``offset`` (from :func:`scan`), whole."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return parse_line(f.read(length))
+
+
+def read_log(path: Path, *, headers: bool = False) -> tuple[list[Any], list[tuple[int, str]]]:
+    """The records of a results file (:class:`EpisodeLine` s, or their headers only when
+    ``headers``) and its damaged lines ``(line number, text)``.
+
+    A last line without its newline is parsed whole even for headers: if it does not parse,
+    it was cut by a kill (its head may be whole while its steps are not), and it is neither.
+
+    Raises:
+        SchemaError: a line of a schema this ap-gym does not read.
+    """
+    good: list[Any] = []
     bad: list[tuple[int, str]] = []
-    text = path.read_text(encoding="utf-8", errors="replace")
-    raws = text.split("\n")
+    data = path.read_bytes()
+    raws = data.split(b"\n")
     for number, raw in enumerate(raws, 1):
         if not raw.strip():
             continue
+        tail = number == len(raws) and not data.endswith(b"\n")
         try:
-            line = json.loads(raw)
-            if not isinstance(line, dict) or "phase" not in line or "task_id" not in line:
-                raise ValueError("not an episode line")
-        except ValueError:
-            if number == len(raws) and not text.endswith("\n"):
-                continue  # the tail of a line cut by a kill
-            bad.append((number, raw))
-        else:
-            good.append(line)
+            if tail:
+                line = parse_line(raw)
+                good.append(line.header if headers else line)
+            else:
+                good.append(parse_header(raw) if headers else parse_line(raw))
+        except DamagedLine:
+            if not tail:
+                bad.append((number, raw.decode("utf-8", errors="replace")))
     return good, bad
 
 
 class EpisodeLog:
-    """``episodes.jsonl`` of one setting: appended line by line, flushed, re-read on resume."""
+    """``episodes.jsonl`` of one setting: appended line by line, flushed, re-read on resume.
+
+    On resume every line is parsed whole (a line whose steps are damaged is moved aside and
+    its episode played again), but only each line's header (what resume asks about) and its
+    bytes (what a rewrite keeps) are kept.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.lines: list[dict[str, Any]] = []
+        self._lines: list[tuple[EpisodeHeader, bytes]] = []
         if path.exists():
-            self.lines, bad = read_lines(path)
+            bad = self._read()
             if bad:
                 quarantine = path.with_name(path.name + ".bad")
-                with open(quarantine, "a", encoding="utf-8") as f:
-                    f.writelines(raw + "\n" for _, raw in bad)
+                with open(quarantine, "ab") as f:
+                    f.writelines(raw + b"\n" for _, raw in bad)
                 log.warning("%s: %d damaged line(s) (numbers %s) moved to %s; every valid line is kept",
                             path, len(bad), ", ".join(str(n) for n, _ in bad[:10]), quarantine)
             self._rewrite()
 
+    def _read(self) -> list[tuple[int, bytes]]:
+        data = self.path.read_bytes()
+        raws = data.split(b"\n")
+        bad: list[tuple[int, bytes]] = []
+        for number, raw in enumerate(raws, 1):
+            if not raw.strip():
+                continue
+            try:
+                self._lines.append((parse_line(raw).header, raw))
+            except DamagedLine:
+                if not (number == len(raws) and not data.endswith(b"\n")):  # not a kill's cut tail
+                    bad.append((number, raw))
+        return bad
+
+    @property
+    def headers(self) -> list[EpisodeHeader]:
+        return [h for h, _ in self._lines]
+
     def _rewrite(self) -> None:
-        atomic_write_text(self.path, "".join(json.dumps(x) + "\n" for x in self.lines))
+        atomic_write_text(self.path, "".join(raw.decode("utf-8") + "\n" for _, raw in self._lines))
 
     def append(self, line: EpisodeLine) -> None:
-        data = line.to_dict()
-        self.lines.append(data)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(data) + "\n")
+        raw = line.to_json().encode("utf-8")
+        self._lines.append((line.header, raw))
+        with open(self.path, "ab") as f:
+            f.write(raw + b"\n")
             f.flush()
 
     def drop(self, phase: str, iteration: int) -> None:
-        before = len(self.lines)
-        self.lines = [x for x in self.lines if not (x["phase"] == phase and x["iteration"] == iteration)]
-        if len(self.lines) != before:
+        before = len(self._lines)
+        self._lines = [(h, raw) for h, raw in self._lines if not (h.phase == phase and h.iteration == iteration)]
+        if len(self._lines) != before:
             self._rewrite()
 
     def count(self, phase: str, iteration: int) -> int:
-        return sum(1 for x in self.lines if x["phase"] == phase and x["iteration"] == iteration)
+        return sum(1 for h, _ in self._lines if h.phase == phase and h.iteration == iteration)
 
-    def done(self, phase: str, iteration: int) -> dict[str, dict[str, Any]]:
-        return {x["task_id"]: x for x in self.lines if x["phase"] == phase and x["iteration"] == iteration}
+    def done(self, phase: str, iteration: int) -> dict[str, EpisodeHeader]:
+        return {h.task_id: h for h, _ in self._lines if h.phase == phase and h.iteration == iteration}
 
 
 def setting_dirs(run_dir: str | Path) -> Iterator[Path]:
@@ -189,16 +483,33 @@ def load_config(run_dir: str | Path) -> dict[str, Any]:
     return meta
 
 
-def load_episodes(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every episode line of a run (all settings), in a stable order; damaged lines are skipped."""
-    lines = []
+def _order(h: EpisodeHeader) -> tuple[Any, ...]:
+    return (h.benchmark, h.backbone or "", h.policy, h.seed, h.iteration, h.phase, h.index)
+
+
+def _load(run_dir: str | Path, headers: bool) -> list[Any]:
+    found = []
     for directory in setting_dirs(run_dir):
-        good, bad = read_lines(directory / EPISODES)
+        good, bad = read_log(directory / EPISODES, headers=headers)
         if bad:
             log.warning("%s: skipped %d damaged line(s)", directory / EPISODES, len(bad))
-        lines += good
-    return sorted(lines, key=lambda x: (x["benchmark"], x.get("backbone") or "", x["policy"], x["seed"], x["iteration"],
-                                        x["phase"], x["index"]))
+        found += good
+    return sorted(found, key=lambda x: _order(x if headers else x.header))
+
+
+def load_episodes(run_dir: str | Path) -> list[EpisodeLine]:
+    """Every episode line of a run (all settings), whole, in a stable order; damaged lines
+    are skipped with a warning.
+
+    Raises:
+        SchemaError: a line of a schema this ap-gym does not read.
+    """
+    return _load(run_dir, headers=False)
+
+
+def load_headers(run_dir: str | Path) -> list[EpisodeHeader]:
+    """Every episode line's header (no steps parsed), in :func:`load_episodes`' order."""
+    return _load(run_dir, headers=True)
 
 
 @dataclass(frozen=True)
@@ -228,15 +539,19 @@ class Rates:
         return self.successes / self.episodes if self.episodes else None
 
     @classmethod
-    def of(cls, lines: Iterable[Mapping[str, Any]]) -> Rates:
+    def of(cls, headers: Iterable[EpisodeHeader]) -> Rates:
         n = infra = wins = 0
-        for x in lines:
+        for h in headers:
             n += 1
-            if x.get("termination") == Termination.INFRA.value:
+            if h.infrastructure_failure:
                 infra += 1
-            elif x.get("success"):
+            elif h.success:
                 wins += 1
         return cls(n, infra, wins)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def summarise(run_dir: str | Path) -> dict[str, Any]:
@@ -247,36 +562,32 @@ def summarise(run_dir: str | Path) -> dict[str, Any]:
     over the valid episodes (``success_rate``, the rate the other means use) and with every
     infrastructure failure counted as a failure (``success_rate_infra_as_failure``).
     """
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for x in load_episodes(run_dir):
-        if x["phase"] == "eval":
-            groups.setdefault((setting_key(x), x["iteration"]), []).append(x)
+    groups: dict[tuple[str, int], list[EpisodeHeader]] = {}
+    for h in load_headers(run_dir):
+        if h.phase == "eval":
+            groups.setdefault((h.setting, h.iteration), []).append(h)
     settings: dict[str, Any] = {}
     for (key, it), eps in groups.items():
-        valid = [e for e in eps if e["termination"] != Termination.INFRA.value]
-        n, rates = len(valid), Rates.of(eps)
-        calls = [e["usage"]["calls"] for e in valid]
-
-        def mean(total: float, n: int = n) -> float | None:
-            return total / n if n else None
-
+        valid = [e for e in eps if not e.infrastructure_failure]
+        rates = Rates.of(eps)
         entry = {
             "iteration": it,
             "episodes": rates.episodes,
             "infrastructure_failures": rates.infrastructure_failures,
             "success_rate": rates.rate,
             "success_rate_infra_as_failure": rates.rate_all,
-            "mean_llm_calls": mean(sum(e["usage"]["llm_calls"] for e in valid)),
-            "mean_acting_calls": mean(sum(c.get("acting", 0) for c in calls)),
-            "mean_synthesis_calls": mean(sum(sum(v for k, v in c.items() if k != "acting") for c in calls)),
-            "mean_steps": mean(sum(e["num_steps"] for e in valid)),
-            "successes": sorted(e["task_id"] for e in valid if e["success"]),
+            "mean_llm_calls": _mean([e.usage.llm_calls for e in valid]),
+            "mean_acting_calls": _mean([e.usage.calls_for("acting") for e in valid]),
+            "mean_synthesis_calls": _mean([e.usage.llm_calls - e.usage.calls_for("acting") for e in valid]),
+            "mean_tokens": _mean([e.usage.tokens for e in valid]),
+            "mean_steps": _mean([e.num_steps for e in valid]),
+            "successes": sorted(e.task_id for e in valid if e.success),
         }
         settings.setdefault(key, []).append(entry)
     return {"settings": settings,
             "final": {k: {kk: max(v, key=lambda e: e["iteration"])[kk]
                           for kk in ("iteration", "episodes", "infrastructure_failures", "success_rate",
-                                     "success_rate_infra_as_failure", "mean_llm_calls", "mean_steps")}
+                                     "success_rate_infra_as_failure", "mean_llm_calls", "mean_tokens", "mean_steps")}
                       for k, v in settings.items()}}
 
 

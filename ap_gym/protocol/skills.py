@@ -27,7 +27,7 @@ from ap_gym.paths import atomic_write_json
 from ap_gym.protocol.results import (
     load_abstraction_vectors,
     load_abstractions,
-    read_lines,
+    read_log,
     setting_dirs,
 )
 
@@ -52,17 +52,16 @@ def _matching(run_dir: Path, policy: str, benchmark: str | None, seed: int | Non
 def _setting_skills(directory: Path, active_only: bool) -> dict[str, Any]:
     stored = [a for a in load_abstractions(directory) if a.active or not active_only]
     vectors = load_abstraction_vectors(directory, [a.id for a in stored])
-    good, _ = read_lines(directory / "episodes.jsonl")
+    headers, _ = read_log(directory / "episodes.jsonl", headers=True)
     filtered = []
-    for x in good:  # a damaged line's policy_info or entries are skipped, never a crash
-        info = x.get("policy_info")
-        rejected = info.get("rejected_abstractions") if isinstance(info, dict) else None
-        if x.get("phase") != "train" or not isinstance(rejected, list):
+    for h in headers:  # a damaged entry of policy_info is skipped, never a crash
+        rejected = h.policy_info.get("rejected_abstractions")
+        if h.phase != "train" or not isinstance(rejected, list):
             continue
         for item in rejected:
             text = item.get("text") if isinstance(item, dict) else item
             if isinstance(text, str) and text.strip():
-                filtered.append({"text": text, "iteration": x.get("iteration"), "task_id": x.get("task_id")})
+                filtered.append({"text": text, "iteration": h.iteration, "task_id": h.task_id})
     return {"admitted": [{"text": a.text, "id": a.id, "kind": a.kind, "iteration": a.iteration, "active": a.active,
                           "sources": a.sources, "parents": a.parents,
                           "embedding": [round(float(x), 6) for x in vectors.get(a.id, [])]} for a in stored],

@@ -71,7 +71,7 @@ def report_tables(r: Results, labeller: Any = None, audit: bool = True, judge: A
 
 def _head(r: Results) -> list[str]:
     evals = r.evals
-    infra = sum(x["termination"] == "infrastructure_failure" for x in evals)
+    infra = sum(x.head.infrastructure_failure for x in evals)
     embedders = "; ".join(f"{run}: {e}" for run, e in r.embedders.items())
     head = ["# ap-gym report", "", *r.descriptions, "",
             f"Runs: {', '.join(str(p) for p in r.runs)} (reported side by side; a label two runs share is shown "

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ap_gym.protocol.results import load_abstractions, load_benchmark, load_records
+from ap_gym.protocol.results import EpisodeHeader, load_abstractions, load_benchmark, load_records
 from ap_gym.report.stats import Estimate, difference, mantel_haenszel, proportion
 from ap_gym.text import (
     ACTION_WORDS,
@@ -444,18 +444,25 @@ def audit_labelled(setting: str, abstractions: Sequence[Any], labeller: Callable
     return row, labels
 
 
-def rejected_invocations(lines: Iterable[Mapping[str, Any]]) -> list[Invocation]:
-    """The synthesis invocations an admission filter rejected, from a setting's episode lines."""
+def rejected_items(headers: Iterable[EpisodeHeader]) -> list[tuple[str, Any]]:
+    """``(task family, item)`` of every abstraction an admission filter rejected, from a
+    setting's episode headers (what :func:`audit_setting` takes)."""
+    out: list[tuple[str, Any]] = []
+    for h in headers:
+        rejected = h.policy_info.get("rejected_abstractions")
+        out += [(h.task_family, item) for item in (rejected if isinstance(rejected, list) else [])]
+    return out
+
+
+def rejected_invocations(items: Iterable[tuple[str, Any]]) -> list[Invocation]:
+    """The synthesis invocations an admission filter rejected (:func:`rejected_items`)."""
     out = []
-    for x in lines:
-        info = x.get("policy_info")
-        family = str(x.get("task_family") or "")
-        for item in (info.get("rejected_abstractions") or []) if isinstance(info, Mapping) else []:
-            if isinstance(item, Mapping):
-                out.append(Invocation(str(item.get("text") or ""), tuple(_ints(item.get("parents"))), False,
-                                      tuple(_ints(item.get("sources"))), family))
-            else:
-                out.append(Invocation(str(item), (), False, (), family))
+    for family, item in items:
+        if isinstance(item, Mapping):
+            out.append(Invocation(str(item.get("text") or ""), tuple(_ints(item.get("parents"))), False,
+                                  tuple(_ints(item.get("sources"))), family))
+        else:
+            out.append(Invocation(str(item), (), False, (), family))
     return out
 
 
@@ -473,11 +480,11 @@ class SettingAudit:
     labeller: str
 
 
-def audit_setting(directory: str | Path, lines: Iterable[Mapping[str, Any]], name: str,
+def audit_setting(directory: str | Path, rejected: Iterable[tuple[str, Any]], name: str,
                   labeller: Labeller | None = None, *, judge: Any = None, mode: str = "rules") -> SettingAudit | None:
     """Audit one setting from its results: its stored abstractions (inactive ones too), the
-    rejected invocations in its episode ``lines``, the source records they cite, labelled by
-    ``labeller`` (default: :class:`EnvironmentLabeller` with the grammar its run recorded;
+    ``rejected`` invocations (:func:`rejected_items` of its episode headers), the source
+    records they cite, labelled by ``labeller`` (default: :class:`EnvironmentLabeller` with the grammar its run recorded;
     with a ``judge`` backbone, ``mode`` ``"judge"`` labels with it alone and ``"both"`` flags
     what either flags).
     ``None`` when the setting stored and rejected nothing. ``ap-gym report`` and ``ap-gym
@@ -487,8 +494,8 @@ def audit_setting(directory: str | Path, lines: Iterable[Mapping[str, Any]], nam
         StoreError: the setting's memory cannot be read.
     """
     stored = load_abstractions(directory)
-    rejected = rejected_invocations(lines)
-    if not stored and not rejected:
+    invocations = rejected_invocations(rejected)
+    if not stored and not invocations:
         return None
     if labeller is None:
         meta = load_benchmark(directory)
@@ -496,7 +503,7 @@ def audit_setting(directory: str | Path, lines: Iterable[Mapping[str, Any]], nam
         rules = EnvironmentLabeller(Grammar.from_dict(grammar) if isinstance(grammar, Mapping) else None)
         judged = JudgeLabeller(judge, str(meta.get("benchmark") or name.split("/")[0])) if judge is not None else None
         labeller = rules if judged is None else judged if mode == "judge" else AnyOf([rules, judged])
-    ids = {i for a in stored for i in a.sources} | {i for inv in rejected for i in inv.sources}
+    ids = {i for a in stored for i in a.sources} | {i for inv in invocations for i in inv.sources}
     records = {i: SourceRecord.of(r) for i, r in load_records(directory, ids).items()}
-    row, labels = audit_labelled(name, stored, labeller, rejected, records)
+    row, labels = audit_labelled(name, stored, labeller, invocations, records)
     return SettingAudit(row, stored, labels, describe_labeller(labeller))

@@ -16,9 +16,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ap_gym.protocol.results import load_config, load_episodes, load_stand_ins
+from ap_gym.protocol.results import EpisodeHeader, load_config, load_headers, load_stand_ins
+from ap_gym.types import Termination
 
-__all__ = ["DEFAULT_METHOD", "Method", "Results", "collect"]
+__all__ = ["DEFAULT_METHOD", "Method", "Results", "Row", "collect"]
 
 #: The policy (registry name) the report compares against every other one.
 DEFAULT_METHOD = "anti_persistence"
@@ -40,12 +41,23 @@ class Method:
         return str(self.spec.get("name", self.label))
 
 
+@dataclass(frozen=True)
+class Row:
+    """An episode's header as the report sees it: with its run, its method (a policy label
+    of that run) and its column (``setting``: benchmark @ backbone)."""
+
+    head: EpisodeHeader
+    run: str
+    method: str
+    setting: str
+
+
 @dataclass
 class Results:
     """What every table reads (see the module docstring)."""
 
     runs: list[Path]
-    lines: list[dict[str, Any]]
+    lines: list[Row]
     methods: dict[str, Method]
     stand_ins: dict[str, str]
     embedders: dict[str, str]
@@ -53,46 +65,46 @@ class Results:
     descriptions: list[str] = field(default_factory=list)
 
     @cached_property
-    def evals(self) -> list[dict[str, Any]]:
-        return [x for x in self.lines if x["phase"] == "eval"]
+    def evals(self) -> list[Row]:
+        return [x for x in self.lines if x.head.phase == "eval"]
 
     @cached_property
-    def final_all(self) -> list[dict[str, Any]]:
+    def final_all(self) -> list[Row]:
         """Held-out lines of each setting's final iteration, infrastructure failures included."""
         last: dict[tuple[str, str, int], int] = {}
         for x in self.evals:
-            key = (x["setting"], x["method"], x["seed"])
-            last[key] = max(last.get(key, -1), x["iteration"])
-        return [x for x in self.evals if x["iteration"] == last[(x["setting"], x["method"], x["seed"])]]
+            key = (x.setting, x.method, x.head.seed)
+            last[key] = max(last.get(key, -1), x.head.iteration)
+        return [x for x in self.evals if x.head.iteration == last[(x.setting, x.method, x.head.seed)]]
 
     @cached_property
-    def final(self) -> list[dict[str, Any]]:
+    def final(self) -> list[Row]:
         """:attr:`final_all` without infrastructure failures (the denominators every mean uses)."""
-        return [x for x in self.final_all if x["termination"] != "infrastructure_failure"]
+        return [x for x in self.final_all if x.head.termination is not Termination.INFRA]
 
     @cached_property
     def order(self) -> list[str]:
         """Method keys, the flagship first."""
-        return sorted({x["method"] for x in self.evals}, key=lambda m: (m != self.flagship, m))
+        return sorted({x.method for x in self.evals}, key=lambda m: (m != self.flagship, m))
 
     @cached_property
     def settings(self) -> list[str]:
         """The table's columns: the settings with a model (or, when no method used one, the benchmarks)."""
-        with_model = {x["setting"] for x in self.evals if not self.methods[x["method"]].model_free}
+        with_model = {x.setting for x in self.evals if not self.methods[x.method].model_free}
         covered = {s.split(" @ ")[0] for s in with_model}
-        alone = {x["setting"] for x in self.evals if self.methods[x["method"]].model_free} - covered
+        alone = {x.setting for x in self.evals if self.methods[x.method].model_free} - covered
         return sorted(with_model | alone)
 
     def key(self, setting: str, method: str) -> str:
         """Where ``method``'s results for the column ``setting`` are filed."""
         return setting.split(" @ ")[0] if self.methods[method].model_free else setting
 
-    def per_seed(self, rows: Sequence[dict[str, Any]], fn: Callable[[list[dict[str, Any]]], float]
+    def per_seed(self, rows: Sequence[Row], fn: Callable[[list[Row]], float]
                  ) -> dict[tuple[str, str], list[float]]:
         """(column, method) -> ``fn`` of each seed's lines, in seed order."""
-        groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+        groups: dict[tuple[str, str, int], list[Row]] = defaultdict(list)
         for x in rows:
-            groups[(x["setting"], x["method"], x["seed"])].append(x)
+            groups[(x.setting, x.method, x.head.seed)].append(x)
         by_key: dict[tuple[str, str], list[float]] = defaultdict(list)
         for (s, m, _), xs in sorted(groups.items()):
             by_key[(s, m)].append(fn(xs))
@@ -127,11 +139,10 @@ def collect(runs: Sequence[str | Path], method: str = DEFAULT_METHOD) -> Results
     for r in paths:
         backbone = metas[r].get("backbone")
         identity = backbone.get("identity") if isinstance(backbone, dict) else (backbone or "none")
-        for x in load_episodes(r):
-            m = methods[(r, x["policy"])]
-            model = None if m.model_free else (x.get("backbone") or identity)
-            x.update(run=str(r), method=m.key, setting=f"{x['benchmark']} @ {model}" if model else x["benchmark"])
-            lines.append(x)
+        for h in load_headers(r):
+            m = methods[(r, h.policy)]
+            model = None if m.model_free else (h.backbone or identity)
+            lines.append(Row(h, str(r), m.key, f"{h.benchmark} @ {model}" if model else h.benchmark))
     stand_ins: dict[str, str] = {}
     for r in paths:
         stand_ins.update(load_stand_ins(r))

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from ap_gym.protocol.results import load_episodes, setting_dirs, setting_key
-from ap_gym.report.audit import audit_setting
+from ap_gym.protocol.results import EpisodeLine, load_episodes, setting_dirs
+from ap_gym.report.audit import audit_setting, rejected_items
 from ap_gym.report.stats import difference, proportion
 from ap_gym.report.tables import Table
 
@@ -25,10 +24,10 @@ def _guidance_rules(text: str) -> str:
                      and not line.startswith(("Your task:", "Task:", "Outcome:", "Trajectory:", "...")))
 
 
-def _final(lines: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    evals = [x for x in lines if x["phase"] == "eval"]
-    last = max((x["iteration"] for x in evals), default=0)
-    return [x for x in evals if x["iteration"] == last], [x for x in evals if x["iteration"] == -1]
+def _final(lines: list[EpisodeLine]) -> tuple[list[EpisodeLine], list[EpisodeLine]]:
+    evals = [x for x in lines if x.header.phase == "eval"]
+    last = max((x.header.iteration for x in evals), default=0)
+    return [x for x in evals if x.header.iteration == last], [x for x in evals if x.header.iteration == -1]
 
 
 def injection_tables(run_dir: str | Path, labeller: Callable[..., bool], bought_at_once: Callable[..., bool],
@@ -39,16 +38,16 @@ def injection_tables(run_dir: str | Path, labeller: Callable[..., bool], bought_
     rows, data, finals = [], [], {}
     for directory in setting_dirs(run_dir):
         label = directory.parent.name
-        mine = [x for x in lines if setting_key(x) == directory.relative_to(run_dir).as_posix()]
+        mine = [x for x in lines if x.header.setting == directory.relative_to(run_dir).as_posix()]
         final, before = _final(mine)
         finals[label] = final
-        wins = sum(x["success"] for x in final)
-        at_once = sum(bought_at_once([s["action"] for s in x["steps"]]) for x in final)
-        wrong = sum(labeller(_guidance_rules(x["policy_info"].get("guidance") or "")) for x in final)
-        audit = audit_setting(directory, mine, label, labeller)
+        wins = sum(x.header.success for x in final)
+        at_once = sum(bought_at_once([s.action for s in x.steps]) for x in final)
+        wrong = sum(labeller(_guidance_rules(x.header.policy_info.get("guidance") or "")) for x in final)
+        audit = audit_setting(directory, rejected_items(x.header for x in mine), label, labeller)
         est = audit.row.estimates() if audit is not None else {}
         rows.append([label, ", ".join(placements.get(label, ())) or "-",
-                     str(proportion(sum(x["success"] for x in before), len(before))) if before else "-",
+                     str(proportion(sum(x.header.success for x in before), len(before))) if before else "-",
                      str(proportion(wins, len(final))), str(proportion(at_once, len(final))),
                      str(proportion(wrong, len(final))), audit.row.abstractions if audit else 0,
                      *(str(est[k]) if est else "-" for k in ("alpha", "beta", "gap", "stratified_gap", "eta"))])
@@ -64,9 +63,9 @@ def injection_tables(run_dir: str | Path, labeller: Callable[..., bool], bought_
     return [_headline(finals), table] if "anti_persistence" in finals and "ap_persist" in finals else [table]
 
 
-def _headline(finals: dict[str, list[dict[str, Any]]]) -> Table:
+def _headline(finals: dict[str, list[EpisodeLine]]) -> Table:
     a, b = finals["anti_persistence"], finals["ap_persist"]
-    wa, wb = sum(x["success"] for x in a), sum(x["success"] for x in b)
+    wa, wb = sum(x.header.success for x in a), sum(x.header.success for x in b)
     effect = difference(wa, len(a), wb, len(b))
     return Table("injection_discard_vs_persist", "Discard against persist (the paper's Table 2), injection in the "
                  "records both read", ["discard: success", "persist: success", "discard minus persist"],
@@ -98,15 +97,15 @@ def _plot(run_dir: Path, path: Path, bought_at_once: Callable[..., bool]) -> Non
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    lines = [x for x in load_episodes(run_dir) if x["phase"] == "eval"]
+    lines = [x for x in load_episodes(run_dir) if x.header.phase == "eval"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     styles = ["o-", "s--", "^:", "D-.", "v-", "P--", "X:", "*-.", "h-", "d--"]
-    for k, label in enumerate(sorted({x["policy"] for x in lines})):
-        mine = [x for x in lines if x["policy"] == label]
-        iters = sorted({x["iteration"] for x in mine})
-        for ax, fn in ((axes[0], lambda x: x["success"]),
-                       (axes[1], lambda x: bought_at_once([s["action"] for s in x["steps"]]))):
-            values = [100 * sum(fn(x) for x in mine if x["iteration"] == i) / max(1, sum(x["iteration"] == i
+    for k, label in enumerate(sorted({x.header.policy for x in lines})):
+        mine = [x for x in lines if x.header.policy == label]
+        iters = sorted({x.header.iteration for x in mine})
+        for ax, fn in ((axes[0], lambda x: x.header.success),
+                       (axes[1], lambda x: bought_at_once([s.action for s in x.steps]))):
+            values = [100 * sum(fn(x) for x in mine if x.header.iteration == i) / max(1, sum(x.header.iteration == i
                                                                                         for x in mine)) for i in iters]
             ax.plot(iters, values, styles[k % len(styles)], label=label, alpha=0.85)
     axes[0].set_ylabel("held-out success (%)")

@@ -12,15 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ap_gym.report.data import Results
+from ap_gym.report.data import Results, Row
 from ap_gym.report.stats import mean_std
 
 __all__ = ["curves", "success_vs_cost"]
 
-_SERIES: list[tuple[str, Callable[[list[dict[str, Any]]], float]]] = [
-    ("held-out success (%)", lambda xs: 100 * statistics.fmean(x["success"] for x in xs)),
-    ("LLM calls per task", lambda xs: statistics.fmean(x["usage"]["llm_calls"] for x in xs)),
-    ("steps per task", lambda xs: statistics.fmean(x["num_steps"] for x in xs)),
+_SERIES: list[tuple[str, Callable[[list[Row]], float]]] = [
+    ("held-out success (%)", lambda xs: 100 * statistics.fmean(x.head.success for x in xs)),
+    ("LLM calls per task", lambda xs: statistics.fmean(x.head.usage.llm_calls for x in xs)),
+    ("steps per task", lambda xs: statistics.fmean(x.head.num_steps for x in xs)),
 ]
 
 
@@ -33,12 +33,12 @@ def _figure(rows: int, cols: int) -> tuple[Any, Any]:
     return plt.subplots(rows, max(1, cols), figsize=(5.5 * max(1, cols), 3.4 * rows), squeeze=False)
 
 
-def _by_seed(r: Results, setting: str, method: str) -> dict[int, dict[int, list[dict[str, Any]]]]:
-    out: dict[int, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+def _by_seed(r: Results, setting: str, method: str) -> dict[int, dict[int, list[Row]]]:
+    out: dict[int, dict[int, list[Row]]] = defaultdict(lambda: defaultdict(list))
     for x in r.evals:
-        if x["setting"] == r.key(setting, method) and x["method"] == method and \
-                x["termination"] != "infrastructure_failure":
-            out[x["seed"]][x["iteration"]].append(x)
+        if x.setting == r.key(setting, method) and x.method == method and \
+                not x.head.infrastructure_failure:
+            out[x.head.seed][x.head.iteration].append(x)
     return out
 
 
@@ -78,8 +78,8 @@ def curves(r: Results, path: Path) -> Path:
 def success_vs_cost(r: Results, path: Path) -> Path:
     """Final held-out success against LLM calls per task, one point per method (±1 std over seeds)."""
     fig, axes = _figure(1, len(r.settings))
-    success = r.per_seed(r.final, lambda xs: 100 * statistics.fmean(x["success"] for x in xs))
-    cost = r.per_seed(r.final, lambda xs: statistics.fmean(x["usage"]["llm_calls"] for x in xs))
+    success = r.per_seed(r.final, lambda xs: 100 * statistics.fmean(x.head.success for x in xs))
+    cost = r.per_seed(r.final, lambda xs: statistics.fmean(x.head.usage.llm_calls for x in xs))
     for col, s in enumerate(r.settings):
         ax = axes[0][col]
         for m in r.order:

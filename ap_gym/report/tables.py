@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ap_gym.protocol.results import Rates
-from ap_gym.report.data import Results
+from ap_gym.report.data import Results, Row
 from ap_gym.report.stats import mean_std, paired_stats
+from ap_gym.types import Termination
 
 __all__ = ["PAPER_BASELINES", "TABLE7_SIZE", "Table", "audit_table", "calls", "denominators", "discard_vs_persist",
            "identical_seeds", "modes", "per_family", "same_task", "setting_stats", "table1"]
@@ -75,7 +76,7 @@ def _pm(values: Sequence[float], scale: float = 1.0, digits: int = 1, mark: str 
 
 def _name(r: Results, method: str) -> str:
     """A method's row name, marked when it chose among admissible commands (ap-gym's agent)."""
-    modes = {x["policy_info"].get("action_mode") for x in r.final if x["method"] == method}
+    modes = {x.head.policy_info.get("action_mode") for x in r.final if x.method == method}
     return f"{method} {CHOOSE_MARK}" if "choose" in modes else method
 
 
@@ -90,14 +91,14 @@ def identical_seeds(r: Results) -> dict[tuple[str, str], bool]:
     """(column, method) -> whether its seeds (two or more) gave the same held-out results."""
     by: dict[tuple[str, str], dict[int, list[tuple[Any, ...]]]] = defaultdict(lambda: defaultdict(list))
     for x in r.final_all:
-        by[(x["setting"], x["method"])][x["seed"]].append(
-            (x["task_id"], bool(x["success"]), x.get("score"), x["num_steps"], x["termination"]))
+        by[(x.setting, x.method)][x.head.seed].append(
+            (x.head.task_id, bool(x.head.success), x.head.score, x.head.num_steps, x.head.termination))
     same = {key: len(s) > 1 and len({tuple(sorted(v)) for v in s.values()}) == 1 for key, s in by.items()}
     return {(s, m): same.get((r.key(s, m), m), False) for s in r.settings for m in r.order}
 
 
-def _rate(xs: list[dict[str, Any]], infra_as_failure: bool) -> float:
-    rates = Rates.of(xs)
+def _rate(xs: list[Row], infra_as_failure: bool) -> float:
+    rates = Rates.of(x.head for x in xs)
     value = rates.rate_all if infra_as_failure else rates.rate
     return math.nan if value is None else value
 
@@ -133,12 +134,12 @@ def denominators(r: Results) -> Table:
     rows, data = [], []
     for m in r.order:
         for s in r.settings:
-            mine = [x for x in r.final_all if x["method"] == m and x["setting"] == r.key(s, m)]
+            mine = [x for x in r.final_all if x.method == m and x.setting == r.key(s, m)]
             if not mine:
                 continue
-            rates = Rates.of(mine)
-            rejected = sum(x["termination"] == "prompt_rejected" for x in mine)
-            seeds = len({x["seed"] for x in mine})
+            rates = Rates.of(x.head for x in mine)
+            rejected = sum(x.head.termination is Termination.PROMPT_REJECTED for x in mine)
+            seeds = len({x.head.seed for x in mine})
             rows.append([_name(r, m), s, seeds, rates.episodes, rates.infrastructure_failures, rejected,
                          "no valid episode" if rates.rate is None else f"{100 * rates.rate:.1f}",
                          f"{100 * (rates.rate_all or 0):.1f}",
@@ -154,19 +155,19 @@ def denominators(r: Results) -> Table:
                   "success_rate", "success_rate_counting_infrastructure"], data)
 
 
-def _score(xs: list[dict[str, Any]]) -> float:
-    scored = [100 * x["score"] / x["max_score"] for x in xs if x.get("score") is not None and x.get("max_score")]
+def _score(xs: list[Row]) -> float:
+    scored = [100 * x.head.score / x.head.max_score for x in xs if x.head.score is not None and x.head.max_score]
     return statistics.fmean(scored) if scored else math.nan
 
 
 def calls(r: Results) -> Table:
     """Table 6: LLM calls and trajectory length per held-out task, with their spread over seeds."""
-    stats: dict[str, Callable[[list[dict[str, Any]]], float]] = {
-        "calls": lambda xs: statistics.fmean(x["usage"]["llm_calls"] for x in xs),
-        "acting": lambda xs: statistics.fmean(x["usage"]["calls"].get("acting", 0) for x in xs),
-        "other": lambda xs: statistics.fmean(x["usage"]["llm_calls"] - x["usage"]["calls"].get("acting", 0)
+    stats: dict[str, Callable[[list[Row]], float]] = {
+        "calls": lambda xs: statistics.fmean(x.head.usage.llm_calls for x in xs),
+        "acting": lambda xs: statistics.fmean(x.head.usage.calls_for("acting") for x in xs),
+        "other": lambda xs: statistics.fmean(x.head.usage.llm_calls - x.head.usage.calls_for("acting")
                                              for x in xs),
-        "steps": lambda xs: statistics.fmean(x["num_steps"] for x in xs),
+        "steps": lambda xs: statistics.fmean(x.head.num_steps for x in xs),
         "score": _score,
     }
     per = {k: r.per_seed(r.final, fn) for k, fn in stats.items()}
@@ -175,9 +176,9 @@ def calls(r: Results) -> Table:
         for s in r.settings:
             if (s, m) not in per["calls"]:
                 continue
-            mine = [x for x in r.final if x["method"] == m and x["setting"] == r.key(s, m)]
-            mode = "/".join(sorted({_mode(x["policy_info"]) for x in mine}))
-            parse = statistics.fmean(x.get("parse_failures", 0) for x in mine)
+            mine = [x for x in r.final if x.method == m and x.setting == r.key(s, m)]
+            mode = "/".join(sorted({_mode(x.head.policy_info) for x in mine}))
+            parse = statistics.fmean(x.head.parse_failures for x in mine)
             v = {k: per[k][(s, m)] for k in per}
             rows.append([_name(r, m), s, mode, _pm(v["calls"], digits=2), _pm(v["acting"], digits=2),
                          _pm(v["other"], digits=2), _pm(v["steps"]), _pm([x for x in v["score"] if not math.isnan(x)]),
@@ -196,7 +197,7 @@ def calls(r: Results) -> Table:
 def per_family(r: Results) -> Table:
     fam: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for x in r.final:
-        fam[(x["benchmark"], x["task_family"], x["method"])].append(float(x["success"]))
+        fam[(x.head.benchmark, x.head.task_family, x.method)].append(float(x.head.success))
     families = sorted({(b, f) for b, f, _ in fam})
     rows = [[b, f, *[(f"{100 * statistics.fmean(fam[(b, f, m)]):.0f} (n={len(fam[(b, f, m)])})"
                       if fam.get((b, f, m)) else "-") for m in r.order]] for b, f in families]
@@ -209,15 +210,15 @@ def per_family(r: Results) -> Table:
 def modes(r: Results, name: str) -> Table | None:
     """How often each mode was chosen, per method of policy ``name``, setting and phase (§4.4)."""
     labels = [m for m in r.order if r.methods[m].name == name]
-    mode_names = sorted({x["policy_info"]["mode"] for x in r.lines if x["policy_info"].get("mode")})
+    mode_names = sorted({x.head.policy_info["mode"] for x in r.lines if x.head.policy_info.get("mode")})
     if not labels or not mode_names:
         return None
     groups: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)
     for x in r.lines:
-        if x["method"] in labels and x["policy_info"].get("mode"):
-            key = (x["method"], x["setting"], x["phase"])
-            groups[key][x["policy_info"]["mode"]] += 1
-            groups[key]["(fallback)"] += x["policy_info"].get("mode_reason") == "fallback"
+        if x.method in labels and x.head.policy_info.get("mode"):
+            key = (x.method, x.setting, x.head.phase)
+            groups[key][x.head.policy_info["mode"]] += 1
+            groups[key]["(fallback)"] += x.head.policy_info.get("mode_reason") == "fallback"
     rows, data = [], []
     for (m, s, phase), counts in sorted(groups.items()):
         total = sum(counts[k] for k in mode_names)
@@ -290,9 +291,9 @@ def same_task(r: Results) -> Table | None:
     """Share of training episodes whose retrieval held the task's own earlier record."""
     cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     for x in r.lines:
-        if x["phase"] == "train" and "same_task_records_retrieved" in x.get("policy_info", {}):
-            cell = cells[(x["setting"], x["method"])]
-            cell[0] += x["policy_info"]["same_task_records_retrieved"] > 0
+        if x.head.phase == "train" and "same_task_records_retrieved" in x.head.policy_info:
+            cell = cells[(x.setting, x.method)]
+            cell[0] += x.head.policy_info["same_task_records_retrieved"] > 0
             cell[1] += 1
     if not cells:
         return None
@@ -309,21 +310,22 @@ def audit_table(r: Results, labeller: Any = None, judge: Any = None,
     """The error-reproduction audit of every setting that stored or rejected abstractions:
     the table, the settings whose memory could not be read, and the labellers used."""
     from ap_gym.errors import StoreError
-    from ap_gym.protocol.results import setting_dirs, setting_key
-    from ap_gym.report.audit import audit_setting
+    from ap_gym.protocol.results import setting_dirs
+    from ap_gym.report.audit import audit_setting, rejected_items
 
     rows: list[list[Any]] = []
     unreadable: list[str] = []
     used: set[str] = set()
     for run in r.runs:
-        by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        by_setting: dict[str, list[Row]] = defaultdict(list)
         for x in r.lines:
-            if x["run"] == str(run):
-                by_setting[setting_key(x)].append(x)
+            if x.run == str(run):
+                by_setting[x.head.setting].append(x)
         for directory in setting_dirs(run):
             name = directory.relative_to(run).as_posix()
             try:
-                result = audit_setting(directory, by_setting.get(name, []), name, labeller, judge=judge, mode=mode)
+                result = audit_setting(directory, rejected_items(x.head for x in by_setting.get(name, [])), name, labeller,
+                                       judge=judge, mode=mode)
             except StoreError as e:  # said in the report, never dropped silently
                 unreadable.append(f"- {name}: {e}")
                 continue

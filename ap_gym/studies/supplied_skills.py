@@ -25,7 +25,7 @@ import yaml
 from ap_gym.errors import APGymError
 from ap_gym.protocol import RunConfig
 from ap_gym.protocol.loop import Runner
-from ap_gym.protocol.results import Rates, load_episodes
+from ap_gym.protocol.results import Rates, load_headers
 from ap_gym.report.stats import difference, proportion
 from ap_gym.report.tables import Table
 
@@ -80,10 +80,10 @@ def run_supplied_skills(skills: str | Path, out: str | Path, *, backbone: str = 
 
 def supplied_skills_table(run_dir: str | Path) -> Table:
     """Each arm's held-out success (all seeds pooled), and its difference to no skill."""
-    lines = [x for x in load_episodes(run_dir) if x["phase"] == "eval"]
+    lines = [h for h in load_headers(run_dir) if h.phase == "eval"]
     counts = {}
     for arm in ARMS:
-        rates = Rates.of(x for x in lines if x["policy"] == arm)
+        rates = Rates.of(h for h in lines if h.policy == arm)
         counts[arm] = (rates.successes, rates.valid)
     rows, data = [], []
     for arm in ARMS:

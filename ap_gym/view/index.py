@@ -32,11 +32,14 @@ from ap_gym.errors import StoreError
 from ap_gym.paths import cache_dir
 from ap_gym.protocol.results import (
     EPISODES,
+    DamagedLine,
+    EpisodeHeader,
     load_abstractions,
     load_config,
     load_record_keys,
+    parse_header,
+    read_at,
     setting_dirs,
-    setting_key,
 )
 from ap_gym.report.stats import wilson
 
@@ -45,7 +48,7 @@ __all__ = ["FILTERS", "SORTS", "RunIndex"]
 log = logging.getLogger(__name__)
 
 #: Bump when the index's tables change: an index of another version is rebuilt.
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 #: Episode columns a client may filter on (exact match).
 FILTERS = ("benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome")
 
@@ -91,74 +94,16 @@ def _mean_ci(total: float, squares: float, n: int) -> tuple[float | None, tuple[
     return mean, (mean - half, mean + half)
 
 
-def _outcome(line: Mapping[str, Any]) -> str:
-    if line.get("termination") == "infrastructure_failure":
-        return "infrastructure_failure"
-    return "success" if line.get("success") else "failure"
-
-
-def _tokens(usage: Mapping[str, Any]) -> int:
-    total = 0
-    for key in ("prompt_tokens", "completion_tokens"):
-        value = usage.get(key) or {}
-        total += sum(value.values()) if isinstance(value, Mapping) else int(value or 0)
-    return int(total)
-
-
-_STEPS = b', "steps": ['
-
-
-def _head(raw: bytes) -> dict[str, Any] | None:
-    """An episode line without its steps (most of its bytes: prompts), or ``None`` when
-    the line is damaged. The index needs only the head; ``steps`` is the line's last key
-    (:meth:`~ap_gym.protocol.results.EpisodeLine.to_dict`), and quotes inside JSON strings
-    are escaped, so cutting at its key leaves valid JSON. Any line that does not cut
-    cleanly is parsed whole."""
-    if not raw.rstrip().endswith(b"]}"):
-        return None  # cut short (a kill) or not an episode line
-    cut = raw.rfind(_STEPS)
-    line = None
-    if cut > 0:
-        try:
-            line = json.loads(raw[:cut] + b"}")
-        except ValueError:
-            line = None
-    if line is None:
-        try:
-            line = json.loads(raw)
-        except ValueError:
-            return None
-    if not isinstance(line, dict) or "phase" not in line or "task_id" not in line:
-        return None
-    return line
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _row_of(x: Mapping[str, Any], rel: str, start: int, length: int) -> tuple[Any, ...] | None:
-    """An episode line's row of the index, or ``None`` when a field the index needs is
-    missing or of the wrong type (a damaged or hand-edited line)."""
-    try:
-        info, usage = _mapping(x.get("policy_info")), _mapping(x.get("usage"))
-        text = (x["benchmark"], x["policy"], x["phase"], x["task_id"])
-        if not all(isinstance(t, str) for t in text):
-            return None
-        score = x.get("score")
-        mode = info.get("mode")
-        return (setting_key(x), x["benchmark"], str(x.get("backbone") or ""), x["policy"], int(x["seed"]),
-                x["phase"], int(x["iteration"]), int(x["index"]), x["task_id"], str(x.get("task_family") or ""),
-                int(bool(x.get("success"))), float(score) if isinstance(score, int | float) else None,
-                str(x.get("termination") or ""), _outcome(x), int(x.get("num_steps") or 0),
-                int(usage.get("llm_calls") or 0), _tokens(usage), mode if isinstance(mode, str) else None,
-                int(x.get("parse_failures") or 0), rel, start, length)
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
+def _row_of(h: EpisodeHeader, rel: str, start: int, length: int) -> tuple[Any, ...]:
+    """An episode header's row of the index."""
+    mode = h.policy_info.get("mode")
+    return (h.setting, h.benchmark, h.backbone or "", h.policy, h.seed, h.phase, h.iteration, h.index, h.task_id,
+            h.task_family, int(h.success), h.score, h.termination.value, h.outcome, h.num_steps,
+            h.usage.llm_calls, h.tokens, mode if isinstance(mode, str) else None, h.parse_failures, rel, start, length)
 
 
 def _signature(run: Path) -> str:
@@ -303,15 +248,16 @@ class RunIndex:
                 end = offset
                 if not raw.strip():
                     continue
-                x = _head(raw)
-                row = _row_of(x, rel, line_start, len(raw)) if x is not None else None
-                if row is None:  # a damaged or cut line: results.read_lines says so on resume
+                try:
+                    header = parse_header(raw.rstrip(b"\r\n"))
+                except DamagedLine:  # a damaged line: resuming the run moves it aside
                     damaged += 1
                     continue
-                info = _mapping(x.get("policy_info"))
-                rows.append(row)
+                info = header.policy_info
+                rows.append(_row_of(header, rel, line_start, len(raw)))
                 seen.append([int(i) for i in _list(info.get("abstractions_in_prompt")) if isinstance(i, int)])
-                rejected += [r for r in _list(info.get("rejected_abstractions")) if isinstance(r, Mapping)]
+                rejected += [{"family": header.task_family, "item": r}
+                             for r in _list(info.get("rejected_abstractions")) if isinstance(r, Mapping)]
         if damaged:
             log.warning("%s: %d damaged line(s) left out of the viewer", path, damaged)
         first = conn.execute("SELECT COALESCE(MAX(id), 0) FROM episodes").fetchone()[0] + 1
@@ -356,7 +302,7 @@ class RunIndex:
         (:func:`~ap_gym.report.audit.audit_setting`: rejected invocations count in q, alpha, eta)."""
         from ap_gym.report.audit import audit_setting
 
-        result = audit_setting(directory, [{"policy_info": {"rejected_abstractions": rejected}}], setting)
+        result = audit_setting(directory, [(r["family"], r["item"]) for r in rejected], setting)
         if result is None:
             return
         record_episode = dict(conn.execute("SELECT record_id, episode_id FROM records WHERE setting=?", (setting,)))
@@ -480,15 +426,12 @@ class RunIndex:
         r = self.conn.execute("SELECT * FROM episodes WHERE id=?", (int(episode_id),)).fetchone()
         if r is None:
             raise KeyError(f"no episode {episode_id} in {self.run}")
-        with open(self.run / r["file"] / EPISODES, "rb") as f:
-            f.seek(r["offset"])
-            raw = f.read(r["length"])
         try:
-            line = json.loads(raw)
-        except ValueError as e:
+            line = read_at(self.run / r["file"] / EPISODES, r["offset"], r["length"])
+        except (OSError, DamagedLine) as e:
             raise ValueError(f"episode {episode_id}'s line in {r['file']}/{EPISODES} is damaged ({e}); resuming the "
                              "run moves it to episodes.jsonl.bad and keeps every valid line") from None
-        info = _mapping(line.get("policy_info"))
+        info = line.header.policy_info
         retrieved = [int(i) for i in _list(info.get("retrieved_records")) if isinstance(i, int)]
         links = dict(self.conn.execute(
             f"SELECT record_id, episode_id FROM records WHERE setting=? AND record_id IN ({','.join('?' * len(retrieved))})",
@@ -498,7 +441,7 @@ class RunIndex:
                  for row in self.conn.execute(
                      f"SELECT id, text, flagged FROM abstractions WHERE setting=? AND id IN ({','.join('?' * len(shown))})",
                      [r["setting"], *shown])} if shown else {}
-        return {"id": r["id"], "row": self._row(r), "line": line,
+        return {"id": r["id"], "row": self._row(r), "line": line.to_dict(),
                 "retrieved": [{"record": i, "episode": links.get(i)} for i in retrieved],
                 "abstractions": [texts.get(i, {"id": i, "text": None, "flagged": False}) for i in shown]}
 

@@ -12,14 +12,13 @@ answers from what it holds and says how far it got.
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
-from ap_gym.protocol.results import EPISODES
+from ap_gym.protocol.results import EPISODES, DamagedLine, read_at
 
 __all__ = ["SearchIndex"]
 
@@ -129,20 +128,14 @@ class SearchIndex:
 def _documents(path: Path, episode: int, offset: int, length: int) -> list[tuple[str, int, int, str]]:
     """An episode line's searchable texts: (text, episode, step, field)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            line = json.loads(f.read(length))
-    except (OSError, ValueError):
+        line = read_at(path, offset, length)
+    except (OSError, DamagedLine):
         return []
-    if not isinstance(line, dict):
-        return []
-    out = [(str(line.get("instruction") or "")[:MAX_CHARS], episode, -1, "instruction")]
-    info = line.get("policy_info")
-    if isinstance(info, dict) and isinstance(info.get("guidance"), str) and info["guidance"]:
-        out.append((info["guidance"][:MAX_CHARS], episode, -1, "guidance"))
-    steps = line.get("steps")
-    for n, step in enumerate(steps if isinstance(steps, list) else []):
-        if isinstance(step, dict):
-            out.append((f"{step.get('action') or ''}\n{str(step.get('observation') or '')[:MAX_CHARS]}", episode, n,
-                        "step"))
+    h = line.header
+    out = [(h.instruction[:MAX_CHARS], episode, -1, "instruction")]
+    guidance = h.policy_info.get("guidance")
+    if isinstance(guidance, str) and guidance:
+        out.append((guidance[:MAX_CHARS], episode, -1, "guidance"))
+    for n, step in enumerate(line.steps):
+        out.append((f"{step.action}\n{step.observation[:MAX_CHARS]}", episode, n, "step"))
     return [d for d in out if d[0].strip()]

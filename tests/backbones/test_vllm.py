@@ -88,18 +88,18 @@ def test_agents_run_against_vllm_in_both_modes(vllm_url, tmp_path):
     lines = load_episodes(run(config, progress=False))
     # one task each way keeps this at half its former time: the subject is the modes, not the rates
     assert len(lines) == 2 * 1 + 2 * (1 + 1)
-    assert not [x["error"] for x in lines if x["termination"] == "infrastructure_failure"]
+    assert not [x.header.error for x in lines if x.header.termination == "infrastructure_failure"]
     for x in lines:
-        acting = x["usage"]["prompt_tokens"]["acting"]
-        assert x["usage"]["calls"]["acting"] == x["num_steps"] and acting > 100 * x["num_steps"]
-        assert x["policy_info"]["action_mode"] == ("react" if x["policy"].endswith("react") else "choose")
-        if not x["policy"].endswith("react"):  # against vLLM, choose is one constrained generation (auto)
-            assert x["policy_info"]["choice_method"] == "constrained"
-    react = [x for x in lines if x["policy"].endswith("react")]
-    assert all(s["response"] for x in react for s in x["steps"])  # the raw reply is kept, parsed or not
+        acting = x.header.usage.prompt_tokens["acting"]
+        assert x.header.usage.calls["acting"] == x.header.num_steps and acting > 100 * x.header.num_steps
+        assert x.header.policy_info["action_mode"] == ("react" if x.header.policy.endswith("react") else "choose")
+        if not x.header.policy.endswith("react"):  # against vLLM, choose is one constrained generation (auto)
+            assert x.header.policy_info["choice_method"] == "constrained"
+    react = [x for x in lines if x.header.policy.endswith("react")]
+    assert all(s["response"] for x in react for s in x.steps)  # the raw reply is kept, parsed or not
     # a 135M model rarely keeps the format: every miss is counted as a parse failure
-    assert sum(x["parse_failures"] for x in react) == sum(s["parse_failure"] for x in react for s in x["steps"])
-    assert all(x["usage"]["completion_tokens"]["acting"] > 0 for x in react)
+    assert sum(x.header.parse_failures for x in react) == sum(s.trace.parse_failure for x in react for s in x.steps)
+    assert all(x.header.usage.completion_tokens["acting"] > 0 for x in react)
 
 
 @pytest.mark.parametrize("mode", ["choose", "react"])

@@ -52,7 +52,7 @@ def test_retrieved_memory_reaches_the_acting_prompt(name, tiny_backbone, embedde
     policy.eval()
     ep = ap_gym.run_episode(Tasks(), policy, task_id="c/7", max_steps=2)
     info = ep.policy_info
-    prompt = ep.steps[0].prompt
+    prompt = ep.steps[0].trace.prompt
     assert info["guidance"] and info["guidance"] in prompt
     records = policy.trajectories.get(info.get("retrieved_records", []))
     abstractions = policy.abstractions.get(info.get("retrieved_abstractions", []))
@@ -78,7 +78,7 @@ def test_each_anti_persistence_mode_reaches_the_prompt(mode, tiny_backbone, embe
     ep = ap_gym.run_episode(Tasks(), policy, task_id="c/7", max_steps=1)
     info = ep.policy_info
     assert info["mode"] == mode and not info["synthesis_skipped"]
-    assert f"## {MODE_HEADERS[mode]}" in ep.steps[0].prompt and info["mode_guidance"] in ep.steps[0].prompt
+    assert f"## {MODE_HEADERS[mode]}" in ep.steps[0].trace.prompt and info["mode_guidance"] in ep.steps[0].trace.prompt
     assert ep.usage.calls_for("synthesis") == info["synthesis_calls"] == (0 if mode == "none" else 1)
     if mode == "corrective":
         records = policy.trajectories.get(info["retrieved_records"])
@@ -184,7 +184,7 @@ def test_admission_filter_and_frozen_layer(tiny_backbone, embedder, tmp_path):
                   frozen_abstractions=["Always count with 'add'."])
     ep = train(policy, 3)[-1]
     assert len(policy.abstractions) == 0
-    assert "## Skills\n- Always count with 'add'." in ep.steps[0].prompt
+    assert "## Skills\n- Always count with 'add'." in ep.steps[0].trace.prompt
     judged = make("reflexion", tiny_backbone, embedder, tmp_path, admission="llm")
     ep = train(judged, 1)[0]
     assert ep.usage.calls_for("admission") == 1 and ep.usage.calls_for("reflection") == 1
@@ -217,7 +217,7 @@ def test_every_policy_trains_and_evaluates_on_real_envs_with_the_default_backbon
                 assert ep.usage.calls_for("acting") == ep.num_steps == 1
             if name != "no_memory":
                 assert held_out.policy_info["guidance"], name
-                assert held_out.policy_info["guidance"] in held_out.steps[0].prompt
+                assert held_out.policy_info["guidance"] in held_out.steps[0].trace.prompt
     finally:
         env.close()
 

@@ -58,7 +58,7 @@ def test_malformed_output_never_crashes_and_is_counted():
     agent = NoMemory(backbone, AgentConfig(action_mode="generate")).eval()
     ep = ap_gym.run_episode(Counter(), agent, task_id="c/1", max_steps=10)
     assert ep.success and ep.parse_failures >= 1
-    assert ep.steps[0].action == "look" and ep.steps[0].parse_failure
+    assert ep.steps[0].action == "look" and ep.steps[0].trace.parse_failure
     assert ep.usage.calls_for("acting") == ep.num_steps and ep.usage.prompt_tokens["acting"] == 11 * ep.num_steps
 
 
@@ -69,10 +69,10 @@ def test_prompt_and_response_are_in_the_episode():
     assert ep.success and ep.num_steps == 3
     assert ep.usage.prompt_tokens["acting"] == 3 * (7 + 2)  # the scores' own token counts
     for step in ep.steps:
-        assert "Count to three." in step.prompt and "Admissible commands: add, quit" in step.prompt
-        assert step.response.startswith("chose 'add'")
-    assert "[assistant]\nadd" in ep.steps[2].prompt  # history is in the prompt
-    assert ep.steps[2].prompt.count("Admissible commands") == 1  # listed only for the current turn
+        assert "Count to three." in step.trace.prompt and "Admissible commands: add, quit" in step.trace.prompt
+        assert step.trace.response.startswith("chose 'add'")
+    assert "[assistant]\nadd" in ep.steps[2].trace.prompt  # history is in the prompt
+    assert ep.steps[2].trace.prompt.count("Admissible commands") == 1  # listed only for the current turn
 
 
 def test_history_window_drops_oldest_half_at_once():
@@ -141,10 +141,10 @@ def test_react_mode_keeps_the_reasoning_and_shows_it_to_later_turns():
     agent = NoMemory(backbone, AgentConfig(action_mode="react")).eval()
     ep = ap_gym.run_episode(Counter(), agent, task_id="c/1", max_steps=3)
     assert ep.success and [s.action for s in ep.steps] == ["add", "add", "add"]
-    assert [s.reasoning for s in ep.steps] == ["the counter is at 0.", "again", "no format here"]
-    assert [s.parse_failure for s in ep.steps] == [False, False, True] and ep.parse_failures == 1
-    assert "Thought: <one sentence" in ep.steps[0].prompt  # the format, from prompts/acting_react.txt
-    assert "[assistant]\nThought: the counter is at 0.\nAction: add" in ep.steps[1].prompt
+    assert [s.trace.reasoning for s in ep.steps] == ["the counter is at 0.", "again", "no format here"]
+    assert [s.trace.parse_failure for s in ep.steps] == [False, False, True] and ep.parse_failures == 1
+    assert "Thought: <one sentence" in ep.steps[0].trace.prompt  # the format, from prompts/acting_react.txt
+    assert "[assistant]\nThought: the counter is at 0.\nAction: add" in ep.steps[1].trace.prompt
     assert ep.policy_info["action_mode"] == "react"
 
 

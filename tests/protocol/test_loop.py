@@ -28,16 +28,16 @@ def test_run_writes_results_and_refuses_a_changed_config(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert set(summary["final"]) == {f"textworld/{p}/seed0" for p in ("no_memory", "anti_persistence", "abstraction")}
     lines = load_episodes(run_dir)
-    evals = [x for x in lines if x["phase"] == "eval"]
+    evals = [x for x in lines if x.header.phase == "eval"]
     assert len(evals) == 3 * 2 * 3
-    assert not [x for x in lines if x["phase"] == "train" and x["policy"] == "no_memory"]  # stateless: skipped
-    assert len([x for x in lines if x["phase"] == "train" and x["policy"] == "anti_persistence"]) == 6
+    assert not [x for x in lines if x.header.phase == "train" and x.header.policy == "no_memory"]  # stateless: skipped
+    assert len([x for x in lines if x.header.phase == "train" and x.header.policy == "anti_persistence"]) == 6
     for it in (0, 1):
         assert (run_dir / "textworld/anti_persistence/seed0/snapshots" / f"iter{it}" / "memory.sqlite").exists()
     meta = json.loads((run_dir / "config.json").read_text())
     assert meta["backbone"]["identity"] == "tiny-llama(seed=0)" and meta["config"]["iterations"] == 2
     assert "acting_system" in json.loads((run_dir / "prompts.json").read_text())
-    assert all(x["steps"][0]["prompt"] for x in evals if x["policy"] != "random")
+    assert all(x.steps[0].trace.prompt for x in evals if x.header.policy != "random")
     # a second identical command does nothing new; a changed config is refused
     run(cfg, progress=False)
     assert len(load_episodes(run_dir)) == len(lines)
@@ -71,9 +71,9 @@ def test_a_killed_run_resumes_to_the_same_summary(tmp_path, phase, uninterrupted
     # model take milliseconds, and a poll that missed the one moment let the run finish.
     data = _killable(tmp_path / "killed")
     if phase == "eval":  # in the middle of iteration 1's held-out evaluation
-        at = lambda ls: sum(x["phase"] == "eval" and x["iteration"] == 1 for x in ls) >= 1  # noqa: E731
+        at = lambda ls: sum(x.header.phase == "eval" and x.header.iteration == 1 for x in ls) >= 1  # noqa: E731
     else:  # in the middle of iteration 1's training
-        at = lambda ls: sum(x["phase"] == "train" and x["iteration"] == 1 for x in ls) >= 2  # noqa: E731
+        at = lambda ls: sum(x.header.phase == "train" and x.header.iteration == 1 for x in ls) >= 2  # noqa: E731
     kill_resume_and_compare(tmp_path, data, at, clean=uninterrupted)
 
 
@@ -89,8 +89,8 @@ def test_several_backbones_give_results_and_a_report_per_backbone(tmp_path):
     meta = json.loads((run_dir / "config.json").read_text())
     assert set(meta["backbones"]) == {"small", "other"}
     lines = load_episodes(run_dir)
-    assert {x["backbone"] for x in lines} == {"small", "other"}
-    assert all(x["policy_info"]["action_mode"] == "react" and all(s["response"] for s in x["steps"]) for x in lines)
+    assert {x.header.backbone for x in lines} == {"small", "other"}
+    assert all(x.header.policy_info["action_mode"] == "react" and all(s.trace.response for s in x.steps) for x in lines)
     assert main(["report", str(run_dir)]) == 0
     final = (run_dir / "report" / "final_success.csv").read_text()
     assert "textworld @ small" in final and "textworld @ other" in final

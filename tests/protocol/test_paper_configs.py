@@ -12,6 +12,7 @@ import yaml
 from ap_gym.cli import main
 from ap_gym.protocol import RunConfig, run
 from ap_gym.protocol.config import ConfigError
+from ap_gym.protocol.results import load_headers
 from ap_gym.report import write_report
 from tests.helpers import TINY_AGENT
 
@@ -114,8 +115,7 @@ def test_ci_sized_main_run_gives_table_1(tmp_path):
     family = [r.split(",")[0] for r in (out / "stats.csv").read_text().splitlines()[1:]]
     assert sorted(family) == ["abstraction", "autorefine", "joint", "reflexion", "trajectory"]
     assert [r.split(",")[0] for r in (out / "stats_other.csv").read_text().splitlines()[1:]] == ["no_memory"]
-    iterations = {json.loads(x)["iteration"] for x in
-                  (run_dir / "shop/scout/anti_persistence/seed0/episodes.jsonl").read_text().splitlines()}
+    iterations = {h.iteration for h in load_headers(run_dir) if h.setting == "shop/scout/anti_persistence/seed0"}
     assert iterations == {-1, 0}  # before the first training iteration, and after it
 
 

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from ap_gym.protocol.results import EpisodeLine, EpisodeLog, load_episodes, summarise
+from ap_gym.protocol.results import EpisodeLine, EpisodeLog, load_episodes, parse_line, summarise
 from ap_gym.types import Episode, Termination
 
 
@@ -14,7 +14,7 @@ def _line(index: int, success: bool = False) -> EpisodeLine:
     episode = Episode(task_id=f"t{index}", task_family="f", instruction="i", initial_observation="o", steps=(),
                       success=success, score=None, max_score=None,
                       termination=Termination.WON if success else Termination.STEP_LIMIT, seed=0)
-    return EpisodeLine("eval", 0, index, "bench", "p", 0, 1, episode.to_dict())
+    return EpisodeLine.of("eval", 0, index, "bench", "p", 0, 1, episode)
 
 
 def test_a_damaged_middle_line_is_quarantined_and_every_valid_line_kept(tmp_path, caplog):
@@ -27,13 +27,13 @@ def test_a_damaged_middle_line_is_quarantined_and_every_valid_line_kept(tmp_path
     lines = path.read_text().splitlines()
     lines[2] = lines[2][:40] + "\x00garbage"  # damaged in the middle
     path.write_text("\n".join(lines) + "\n" + '{"phase": "ev')  # and a tail cut by a kill
-    assert [x["index"] for x in load_episodes(tmp_path)] == [0, 1, 3, 4]
+    assert [x.header.index for x in load_episodes(tmp_path)] == [0, 1, 3, 4]
     assert summarise(tmp_path)["final"]["bench/p/seed0"]["success_rate"] == 0.25
     resumed = EpisodeLog(path)
-    assert [x["index"] for x in resumed.lines] == [0, 1, 3, 4]
+    assert [h.index for h in resumed.headers] == [0, 1, 3, 4]
     assert "damaged" in caplog.text and "episodes.jsonl.bad" in caplog.text
     assert (directory / "episodes.jsonl.bad").read_text().startswith(lines[2][:40])
-    assert [json.loads(x)["index"] for x in path.read_text().splitlines()] == [0, 1, 3, 4]
+    assert [parse_line(x).header.index for x in path.read_text().splitlines()] == [0, 1, 3, 4]
 
 
 def test_reading_results_does_not_import_the_runner():
@@ -50,7 +50,7 @@ def test_a_setting_with_no_valid_episode_reports_no_rate(tmp_path):
     for i in range(3):
         episode = Episode(task_id=f"t{i}", task_family="f", instruction="", initial_observation="", steps=(),
                           success=False, score=None, max_score=None, termination=Termination.INFRA, seed=0)
-        log.append(EpisodeLine("eval", 0, i, "bench", "p", 0, 3, episode.to_dict()))
+        log.append(EpisodeLine.of("eval", 0, i, "bench", "p", 0, 3, episode))
     entry = summarise(tmp_path)["settings"]["bench/p/seed0"][0]
     assert entry["infrastructure_failures"] == 3 and entry["success_rate"] is None and entry["mean_steps"] is None
 
@@ -63,7 +63,119 @@ def test_infrastructure_failures_are_counted_and_success_given_both_ways(tmp_pat
         termination = Termination.INFRA if i >= 2 else (Termination.WON if i == 0 else Termination.STEP_LIMIT)
         episode = Episode(task_id=f"t{i}", task_family="f", instruction="", initial_observation="", steps=(),
                           success=i == 0, score=None, max_score=None, termination=termination, seed=0)
-        log.append(EpisodeLine("eval", 0, i, "bench", "p", 0, 1, episode.to_dict()))
+        log.append(EpisodeLine.of("eval", 0, i, "bench", "p", 0, 1, episode))
     final = summarise(tmp_path)["final"]["bench/p/seed0"]
     assert final["episodes"] == 4 and final["infrastructure_failures"] == 2
     assert final["success_rate"] == 0.5 and final["success_rate_infra_as_failure"] == 0.25
+
+
+def _big_line(steps: int = 2_000) -> EpisodeLine:
+    from ap_gym.types import Step, StepTrace
+
+    prompt = "You are in a kitchen. " * 250  # ~5 kB a step: 2,000 steps are a 10 MB line
+    episode = Episode(task_id="t", task_family="f", instruction="i", initial_observation="o",
+                      steps=tuple(Step("look", "A kitchen.", 0.0, trace=StepTrace(prompt=prompt)) for _ in range(steps)),
+                      success=True, score=1.0, max_score=1.0, termination=Termination.WON, seed=0)
+    return EpisodeLine.of("eval", 0, 0, "bench", "p", 0, 1, episode)
+
+
+def test_a_header_is_read_without_parsing_the_steps():
+    """A 10 MB line whose steps are not even JSON still gives its header: the header read
+    never parses them; the whole-line read refuses the same line."""
+    import pytest
+
+    from ap_gym.protocol.results import DamagedLine, parse_header
+
+    raw = _big_line().to_json().encode()
+    assert len(raw) > 10_000_000
+    broken = raw[: raw.index(b'"steps": [') + 10] + b"{not json" + raw[-2_000_000:]
+    header = parse_header(broken)
+    assert header.num_steps == 2_000 and header.success and header.schema == 2
+    with pytest.raises(DamagedLine):
+        parse_line(broken)
+    assert parse_header(raw) == parse_line(raw).header
+
+
+def test_every_line_names_its_schema_and_an_unknown_one_is_refused(tmp_path):
+    import pytest
+
+    from ap_gym.protocol.results import SCHEMA_VERSION, SchemaError, load_headers
+
+    line = _line(0)
+    assert json.loads(line.to_json())["schema"] == SCHEMA_VERSION
+    directory = tmp_path / "bench" / "p" / "seed0"
+    directory.mkdir(parents=True)
+    future = {**line.to_dict(), "schema": 99}
+    (directory / "episodes.jsonl").write_text(json.dumps(future) + "\n")
+    for read in (load_episodes, load_headers):
+        with pytest.raises(SchemaError, match="schema 99"):
+            read(tmp_path)
+    with pytest.raises(SchemaError, match="schema 99"):
+        EpisodeLog(directory / "episodes.jsonl")  # a resume refuses it too, rather than overwrite it
+
+
+def test_a_run_of_the_earlier_format_still_loads(tmp_path):
+    """Schema 1 (before the schema was versioned): one flat object, trace fields in each step."""
+    from ap_gym.protocol.results import load_headers
+
+    v1 = {"phase": "eval", "iteration": 0, "index": 0, "benchmark": "bench", "policy": "p", "seed": 0, "attempts": 1,
+          "task_id": "t0", "task_family": "f", "instruction": "i", "initial_observation": "o", "success": True,
+          "score": 1.0, "max_score": 1.0, "termination": "won", "num_steps": 1, "parse_failures": 1,
+          "wall_time_s": 0.5, "usage": {"llm_calls": 1, "calls": {"acting": 1}, "prompt_tokens": {"acting": 7},
+                                        "completion_tokens": {"acting": 2}, "embedding_calls": 0},
+          "error": None, "training": False, "policy_info": {"mode": "none"},
+          "steps": [{"action": "look", "observation": "A room.", "reward": 1.0, "score": 1.0, "prompt": "P",
+                     "response": "look!", "parse_failure": True, "reasoning": None,
+                     "candidates": [["look", -0.5]], "reduction": "sum"}]}
+    directory = tmp_path / "bench" / "p" / "seed0"
+    directory.mkdir(parents=True)
+    (directory / "episodes.jsonl").write_text(json.dumps(v1) + "\n")
+    (line,) = load_episodes(tmp_path)
+    assert line.header.schema == 1 and line.header.policy_info == {"mode": "none"} and line.header.tokens == 9
+    step = line.steps[0]
+    assert (step.action, step.trace.prompt, step.trace.parse_failure, step.trace.candidates) == \
+        ("look", "P", True, (("look", -0.5),))
+    assert line.episode.parse_failures == 1 and load_headers(tmp_path) == [line.header]
+    assert summarise(tmp_path)["final"]["bench/p/seed0"]["success_rate"] == 1.0
+
+
+def test_a_line_round_trips_through_the_one_reader():
+    line = _line(3, success=True)
+    assert parse_line(line.to_json()) == line
+    assert line.episode == parse_line(line.to_json()).episode
+
+
+#: Keys only an episode record has: read by string key anywhere but the results module (and
+#: the record's own definition in ap_gym.types), they are a second reader of the format.
+RECORD_ONLY_KEYS = {"termination", "num_steps", "parse_failures", "wall_time_s", "policy_info",
+                    "initial_observation", "attempts", "head", "trace", "schema"}
+
+
+def _string_key_reads(path):
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop") \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            key = node.args[0].value
+        else:
+            continue
+        if key in RECORD_ONLY_KEYS:
+            yield f"{path}:{node.lineno}: [{key!r}]"
+
+
+def test_no_module_reads_the_record_by_key_but_the_results_module():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    package = root / "ap_gym"
+    found = [hit for path in sorted(package.rglob("*.py")) + sorted((root / "benchmarks").rglob("*.py"))
+             if path.relative_to(root).as_posix() not in ("ap_gym/protocol/results.py", "ap_gym/types.py")
+             for hit in _string_key_reads(path)]
+    # the viewer's page reads the API's JSON by property, never by a record key in brackets
+    script = (package / "view" / "static" / "app.js").read_text()
+    found += [f"app.js: [{m!r}]" for m in re.findall(r"\[\s*[\"'](\w+)[\"']\s*\]", script) if m in RECORD_ONLY_KEYS]
+    assert not found, "episode records read outside ap_gym.protocol.results:\n" + "\n".join(found)

@@ -28,8 +28,8 @@ def test_judge_filters_with_its_own_backbone_and_skills_feed_the_frozen_layer(tm
     run_dir = run(RunConfig.from_dict(data), progress=False)
     meta = json.loads((run_dir / "config.json").read_text())
     assert "strict" in meta["judges"]
-    train = [x for x in load_episodes(run_dir) if x["phase"] == "train"]
-    assert all(x["usage"]["calls"].get("admission", 0) == 1 for x in train)  # one judge call per new abstraction
+    train = [x for x in load_episodes(run_dir) if x.header.phase == "train"]
+    assert all(x.header.usage.calls_for("admission") == 1 for x in train)  # one judge call per new abstraction
 
     out = tmp_path / "skills.json"
     assert main(["skills", str(run_dir), "--policy", "filtered", "--out", str(out)]) == 0
@@ -47,9 +47,9 @@ def test_judge_filters_with_its_own_backbone_and_skills_feed_the_frozen_layer(tm
                "options": {**TINY_AGENT, "frozen_abstractions": str(out), "frozen_budget": 3}}]
     run2 = run(RunConfig.from_dict(config(tmp_path / "b", policies=frozen, iterations=1, train_per_iter=1,
                                           heldout=1)), progress=False)
-    (episode,) = [x for x in load_episodes(run2) if x["phase"] == "eval"]
-    shown = [t for t in texts if f"- {t}" in episode["policy_info"]["guidance"]]
-    assert "## Skills\n- Skill number" in episode["policy_info"]["guidance"] and len(shown) == 3
+    (episode,) = [x for x in load_episodes(run2) if x.header.phase == "eval"]
+    shown = [t for t in texts if f"- {t}" in episode.header.policy_info["guidance"]]
+    assert "## Skills\n- Skill number" in episode.header.policy_info["guidance"] and len(shown) == 3
 
     # the skills file is an input of the run: kept in it, and an edit before a resume is refused
     manifest = json.loads((run2 / "inputs" / "manifest.json").read_text())
@@ -103,11 +103,11 @@ def test_frozen_skills_run_end_to_end_per_backbone_and_seed(tmp_path):
                   train_per_iter=1, heldout=1, max_steps=3, workers=1, retries=0, eval_before_training=False,
                   env_options={}, embedder="default")
     run2 = run(RunConfig.from_dict(frozen), progress=False)
-    evals = [x for x in load_episodes(run2) if x["phase"] == "eval"]
+    evals = [x for x in load_episodes(run2) if x.header.phase == "eval"]
     assert len(evals) == 4
     for x in evals:
-        own = f"Skill of shop/{x['backbone']}/abstraction_filtered/seed{x['seed']}."
-        assert own in x["policy_info"]["guidance"], (own, x["policy_info"]["guidance"][:200])
+        own = f"Skill of shop/{x.header.backbone}/abstraction_filtered/seed{x.header.seed}."
+        assert own in x.header.policy_info["guidance"], (own, x.header.policy_info["guidance"][:200])
 
 
 def test_export_skips_damaged_rejections(tmp_path):
@@ -121,7 +121,7 @@ def test_export_skips_damaged_rejections(tmp_path):
     lines = []
     for info in ({"rejected_abstractions": [{"kind": "rule"}, {"text": ""}, {"text": "Keep me."}, 7]}, [1, 2],
                  {"rejected_abstractions": "not a list"}):
-        lines.append(json.dumps({**base, "phase": "train", "policy_info": info}))
+        lines.append(json.dumps({**base, "head": {**base["head"], "phase": "train", "policy_info": info}}))
     episodes.write_text(episodes.read_text() + "\n".join(lines) + "\n")
     data = export_skills(run_dir, "filtered", tmp_path / "s.json")
     (entry,) = data["settings"].values()

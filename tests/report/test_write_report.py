@@ -7,6 +7,7 @@ import pytest
 
 from ap_gym.cli import main
 from ap_gym.protocol import RunConfig, run
+from ap_gym.protocol.results import load_headers
 from ap_gym.report import write_report
 from tests.helpers import TINY_AGENT, config, synthetic_run
 
@@ -133,8 +134,8 @@ def test_a_context_overflow_is_the_methods_failure_not_an_exclusion(tmp_path):
     (denominators,) = rows(out / "denominators.csv")
     assert denominators["prompts_rejected"] == "4" and denominators["infrastructure_failures"] == "0"
     assert float(denominators["success_rate"]) == 0.0  # in the rate, as failures
-    lines = [json.loads(x) for x in (run_dir / "shop/no_memory/seed0/episodes.jsonl").read_text().splitlines()]
-    assert {x["termination"] for x in lines} == {"prompt_rejected"} and all(x["num_steps"] >= 1 for x in lines)
+    lines = [h for h in load_headers(run_dir) if h.policy == "no_memory"]
+    assert {h.termination for h in lines} == {"prompt_rejected"} and all(h.num_steps >= 1 for h in lines)
 
 
 @pytest.mark.slow

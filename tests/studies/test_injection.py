@@ -67,8 +67,8 @@ def test_discarding_guidance_beats_persisting_it_with_the_same_records(study):
 def test_the_indirect_path_is_open_to_anti_persistence(study):
     """Seeded successful records that bought at once reach imitation: Anti-Persistence writes the
     wrong rule again in some episodes' guidance; immunity is not built into where errors were put."""
-    lines = [x for x in load_episodes(study["run"]) if x["policy"] == "anti_persistence"]
-    assert any(recommends_buying_at_once(x["policy_info"].get("mode_guidance") or "") for x in lines)
+    lines = [x for x in load_episodes(study["run"]) if x.header.policy == "anti_persistence"]
+    assert any(recommends_buying_at_once(x.header.policy_info.get("mode_guidance") or "") for x in lines)
 
 
 def test_the_audit_sees_copying_in_abstraction_memory(study):

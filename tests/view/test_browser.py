@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ap_gym.protocol.results import load_abstractions, load_episodes, load_record_keys, setting_key
+from ap_gym.protocol.results import load_abstractions, load_episodes, load_record_keys
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -66,7 +66,7 @@ def page(browser):
 
 
 def _eval(run, **match):
-    return [x for x in load_episodes(run) if x["phase"] == "eval" and all(x[k] == v for k, v in match.items())]
+    return [x for x in load_episodes(run) if x.header.phase == "eval" and all(getattr(x.header, k) == v for k, v in match.items())]
 
 
 def test_runs_page_shows_the_settings_and_the_curves(server, page, view_run):
@@ -74,13 +74,13 @@ def test_runs_page_shows_the_settings_and_the_curves(server, page, view_run):
     page.wait_for_selector("#settings-table tbody tr")
     rows = page.locator("#settings-table tbody tr")
     lines = _eval(view_run)
-    settings = {(setting_key(x), x["iteration"]) for x in lines}
+    settings = {(x.header.setting, x.header.iteration) for x in lines}
     assert rows.count() == len(settings)
     for i in range(rows.count()):
         row = rows.nth(i)
         key, it = row.get_attribute("data-setting"), int(row.get_attribute("data-iteration"))
-        eps = [x for x in lines if setting_key(x) == key and x["iteration"] == it]
-        rate = sum(x["success"] for x in eps) / len(eps)
+        eps = [x for x in lines if x.header.setting == key and x.header.iteration == it]
+        rate = sum(x.header.success for x in eps) / len(eps)
         assert row.locator("[data-col=success]").inner_text().startswith(f"{rate:.2f}".rstrip("0").rstrip(".")
                                                                           if rate in (0, 1) else f"{rate:.2f}")
     assert page.locator(".panel .uplot").count() >= 1
@@ -118,13 +118,13 @@ def test_filter_then_open_an_episode(server, page, view_run):
     page.wait_for_selector(f"#view-episode[data-episode-id='{opened}'] #timeline")
     task = page.locator("h2").inner_text().split(": ", 1)[1]
     seed, it = (int(v) for v in re.search(r"seed (\d+) · eval iteration (\d+)", page.locator("#view-episode p").first.inner_text()).groups())
-    line = next(x for x in expected if x["task_id"] == task and x["seed"] == seed and x["iteration"] == it)
-    assert page.locator(".step .action").all_inner_texts() == [s["action"] for s in line["steps"]]
-    assert page.locator("#instruction").inner_text() == line["instruction"].strip()
-    assert page.locator("#decision [data-key=mode]").inner_text() == str(line["policy_info"]["mode"])
+    line = next(x for x in expected if x.header.task_id == task and x.header.seed == seed and x.header.iteration == it)
+    assert page.locator(".step .action").all_inner_texts() == [s.action for s in line.steps]
+    assert page.locator("#instruction").inner_text() == line.header.instruction.strip()
+    assert page.locator("#decision [data-key=mode]").inner_text() == str(line.header.policy_info["mode"])
     # the exact prompt of a step, on demand
     page.locator(".step details.raw summary").first.click()
-    assert page.locator(".step pre.prompt").first.inner_text().strip() == line["steps"][0]["prompt"].strip()
+    assert page.locator(".step pre.prompt").first.inner_text().strip() == line.steps[0].trace.prompt.strip()
 
 
 def test_two_filters_chosen_before_the_server_answers_both_hold(server, page, view_run):
@@ -162,11 +162,11 @@ def test_two_filters_chosen_before_the_server_answers_both_hold(server, page, vi
 
 
 def test_follow_a_retrieved_record_to_its_source_episode(server, page, view_run):
-    episodes = [x for x in load_episodes(view_run) if x["policy_info"].get("retrieved_records")]
+    episodes = [x for x in load_episodes(view_run) if x.header.policy_info.get("retrieved_records")]
     assert episodes, "the tiny run retrieved no record: the fixture no longer exercises links"
     x = episodes[-1]
-    page.goto(server + "#/episodes?" + "&".join(f"{k}={x[k]}" for k in ("policy", "seed", "phase", "iteration"))
-              + f"&task_id={x['task_id']}")
+    page.goto(server + "#/episodes?" + "&".join(f"{k}={getattr(x.header, k)}" for k in ("policy", "seed", "phase", "iteration"))
+              + f"&task_id={x.header.task_id}")
     page.wait_for_selector("#episodes-table tbody tr")
     opened = page.locator("#episodes-table tbody tr").first.get_attribute("data-episode-id")
     page.locator("#episodes-table tbody tr").first.click()
@@ -174,8 +174,8 @@ def test_follow_a_retrieved_record_to_its_source_episode(server, page, view_run)
     link = page.locator("#retrieved a").first
     link.wait_for()
     record = int(link.get_attribute("data-record"))
-    assert record == x["policy_info"]["retrieved_records"][0]
-    task, iteration = {rid: (t, it) for rid, t, it in load_record_keys(view_run / setting_key(x))}[record]
+    assert record == x.header.policy_info["retrieved_records"][0]
+    task, iteration = {rid: (t, it) for rid, t, it in load_record_keys(view_run / x.header.setting)}[record]
     source = link.get_attribute("data-source-episode")
     link.click()
     page.wait_for_selector(f"#view-episode[data-episode-id='{source}'] #timeline")
@@ -184,7 +184,7 @@ def test_follow_a_retrieved_record_to_its_source_episode(server, page, view_run)
 
 
 def test_compare_two_policies_on_a_held_out_task(server, page, view_run):
-    task = _eval(view_run)[0]["task_id"]
+    task = _eval(view_run)[0].header.task_id
     a = _eval(view_run, task_id=task, policy="no_memory", seed=0)[-1]
     b = _eval(view_run, task_id=task, policy="anti_persistence", seed=0)[-1]
     page.goto(server + "#/compare")
@@ -193,17 +193,17 @@ def test_compare_two_policies_on_a_held_out_task(server, page, view_run):
     page.wait_for_selector("[data-compare=a]")
     ids = {}
     for side, x in (("a", a), ("b", b)):
-        option = page.locator(f"[data-compare={side}] option", has_text=f"{x['policy']} · seed 0 · eval it {x['iteration']}")
+        option = page.locator(f"[data-compare={side}] option", has_text=f"{x.header.policy} · seed 0 · eval it {x.header.iteration}")
         value = option.first.get_attribute("value")
         page.select_option(f"[data-compare={side}]", value)
         page.wait_for_selector(f"#compare-table[data-{side}='{value}']")
         ids[side] = value
     page.wait_for_selector(f"#compare-table[data-a='{ids['a']}'][data-b='{ids['b']}'] tr[data-step]")
     rows = page.locator("#compare-table tr[data-step]")
-    assert rows.count() == max(len(a["steps"]), len(b["steps"]))
+    assert rows.count() == max(len(a.steps), len(b.steps))
     first = rows.first.locator("td")
-    assert first.nth(1).locator(".action").inner_text() == a["steps"][0]["action"]
-    assert first.nth(2).locator(".action").inner_text() == b["steps"][0]["action"]
+    assert first.nth(1).locator(".action").inner_text() == a.steps[0].action
+    assert first.nth(2).locator(".action").inner_text() == b.steps[0].action
 
 
 def test_the_provenance_graph_shows_every_stored_abstraction(server, page, view_run):
@@ -277,9 +277,9 @@ def test_a_run_being_written_shows_new_episodes_without_a_restart(browser, view_
 
 
 def test_search_finds_an_action_and_links_to_its_step(server, page, view_run):
-    line = next(x for x in load_episodes(view_run) if x["steps"] and any(w.isalpha() and len(w) > 3
-                                                                        for w in x["steps"][0]["action"].split()))
-    word = next(w for w in line["steps"][0]["action"].split() if w.isalpha() and len(w) > 3)
+    line = next(x for x in load_episodes(view_run) if x.steps and any(w.isalpha() and len(w) > 3
+                                                                        for w in x.steps[0].action.split()))
+    word = next(w for w in line.steps[0].action.split() if w.isalpha() and len(w) > 3)
     page.goto(server + "#/runs")
     page.wait_for_selector("#settings-table")
     page.fill("#search-box", word)
@@ -302,7 +302,7 @@ def test_sorting_the_episodes_by_steps(server, page, view_run):
     page.click("#episodes-table th[data-sort='num_steps']")
     page.wait_for_selector("#episodes-table th.sorted-desc[data-sort='num_steps']")
     shown = [int(r) for r in page.locator("#episodes-table tbody tr td:nth-child(12)").all_inner_texts()]
-    expected = sorted((x["num_steps"] for x in _eval(view_run)), reverse=True)[: len(shown)]
+    expected = sorted((x.header.num_steps for x in _eval(view_run)), reverse=True)[: len(shown)]
     assert shown == expected
     page.goto(server + "#/runs")
     page.wait_for_selector("#settings-table")
@@ -316,14 +316,14 @@ def test_sorting_the_episodes_by_steps(server, page, view_run):
 def test_the_task_policy_matrix_matches_the_episodes(server, page, view_run):
     page.goto(server + "#/matrix")
     page.wait_for_selector("#matrix-table")
-    lines = [x for x in _eval(view_run) if x["termination"] != "infrastructure_failure"]
-    last = max(x["iteration"] for x in lines)
+    lines = [x for x in _eval(view_run) if x.header.termination != "infrastructure_failure"]
+    last = max(x.header.iteration for x in lines)
     for row in page.locator("#matrix-table tbody tr[data-task]").all()[:5]:
         task = row.get_attribute("data-task")
         for cell in row.locator("td[data-column]").all():
             policy = cell.get_attribute("data-column")
-            mine = [x for x in lines if x["task_id"] == task and x["policy"] == policy and x["iteration"] == last]
-            assert cell.inner_text() == f"{sum(x['success'] for x in mine)}/{len(mine)}"
+            mine = [x for x in lines if x.header.task_id == task and x.header.policy == policy and x.header.iteration == last]
+            assert cell.inner_text() == f"{sum(x.header.success for x in mine)}/{len(mine)}"
     page.locator("#matrix-table td[data-column]").first.click()
     page.wait_for_selector("#compare-table")
 

@@ -9,7 +9,6 @@ from ap_gym.protocol.results import (
     load_episodes,
     load_record_keys,
     setting_dirs,
-    setting_key,
     summarise,
 )
 from ap_gym.report.stats import wilson
@@ -29,7 +28,7 @@ def test_the_index_agrees_with_the_jsonl(view_run):
         assert s["success_rate"] == pytest.approx(expected["success_rate"])
         assert s["llm_calls"] == pytest.approx(expected["mean_llm_calls"])
     # filters are exact, pages cover every match once
-    ap_eval = [x for x in lines if x["policy"] == "anti_persistence" and x["phase"] == "eval"]
+    ap_eval = [x for x in lines if x.header.policy == "anti_persistence" and x.header.phase == "eval"]
     page0 = ix.episodes({"policy": "anti_persistence", "phase": "eval"}, page=0, per_page=5)
     page1 = ix.episodes({"policy": "anti_persistence", "phase": "eval"}, page=1, per_page=5)
     assert page0.total == len(ap_eval)
@@ -40,9 +39,9 @@ def test_the_index_agrees_with_the_jsonl(view_run):
     # an episode is read back whole from its byte range
     for row in rows[:: max(1, len(rows) // 7)]:
         ep = ix.episode(row["id"])
-        match = [x for x in lines if setting_key(x) == row["setting"] and x["phase"] == row["phase"]
-                 and x["iteration"] == row["iteration"] and x["task_id"] == row["task_id"]]
-        assert match == [{k: v for k, v in ep["line"].items()}]
+        match = [x for x in lines if x.header.setting == row["setting"] and x.header.phase == row["phase"]
+                 and x.header.iteration == row["iteration"] and x.header.task_id == row["task_id"]]
+        assert [x.to_dict() for x in match] == [ep["line"]]
     ix.close()
 
 
@@ -55,7 +54,7 @@ def test_retrieved_records_link_to_the_training_episode_they_came_from(view_run)
             assert link["episode"] is not None
             source = ix.episode(link["episode"])
             keys = {rid: (task, it) for rid, task, it in load_record_keys(view_run / row["setting"])}
-            assert (source["line"]["task_id"], source["line"]["iteration"]) == keys[link["record"]]
+            assert (source["line"]["head"]["task_id"], source["line"]["head"]["iteration"]) == keys[link["record"]]
             assert source["row"]["phase"] == "train" and source["row"]["setting"] == row["setting"]
             linked += 1
     assert linked > 0
@@ -66,7 +65,7 @@ def test_retrieved_records_link_to_the_training_episode_they_came_from(view_run)
     assert seen
     for a in seen[:3]:
         for e in a["seen_by"][:3]:
-            assert a["id"] in ix.episode(e)["line"]["policy_info"]["abstractions_in_prompt"]
+            assert a["id"] in ix.episode(e)["line"]["head"]["policy_info"]["abstractions_in_prompt"]
     ix.close()
 
 
@@ -121,7 +120,7 @@ def test_the_api_answers_and_refuses_clearly(view_run):
     ov = client.get("/api/run/0/overview").json()
     assert {c["panel"] for c in ov["curves"]} == {"shop @ tiny-llama(seed=0)"} or ov["curves"]
     page = client.get("/api/run/0/episodes", params={"phase": "eval", "per_page": 2}).json()
-    assert len(page["rows"]) == 2 and page["total"] == sum(1 for x in load_episodes(view_run) if x["phase"] == "eval")
+    assert len(page["rows"]) == 2 and page["total"] == sum(1 for x in load_episodes(view_run) if x.header.phase == "eval")
     assert client.get("/api/run/0/episode/999999").status_code == 404
     assert client.get("/api/run/5/overview").status_code == 404
     bad = client.get("/api/run/0/episodes", params={"colour": "red"})
@@ -197,22 +196,20 @@ def test_the_static_bundle_holds_every_episode(view_run, tmp_path):
     write_static([view_run], tmp_path / "bundle")  # a bundle is rewritten in place
 
 
-def test_the_index_reads_heads_exactly_as_a_full_parse_would(view_run):
-    """The index parses each line without its steps; the head must equal the full
-    line minus ``steps``, and lines that are cut or not episodes are left out."""
-    from ap_gym.view.index import _head
+def test_the_index_reads_heads_exactly_as_a_full_parse_would(view_run, tmp_path):
+    """The index reads each line's head without its steps; the head must equal the full
+    line's, and a line cut by a kill (its head whole, its steps not) is not read as done."""
+    from ap_gym.protocol.results import parse_header, parse_line, read_log
 
-    path = next(setting_dirs(view_run)) / "episodes.jsonl"
-    for raw in path.read_bytes().splitlines(keepends=True):
-        full = json.loads(raw)
-        full.pop("steps")
-        assert _head(raw) == full
-    raw = path.read_bytes().splitlines(keepends=True)[0]
-    assert _head(raw[: len(raw) // 2]) is None  # a line cut by a kill
-    assert _head(b'{"phase": "train"}\n') is None
-    tricky = json.dumps({"phase": "eval", "task_id": "t", "policy_info": {"note": 'a "steps": [ inside'},
-                         "steps": [{"action": ', "steps": [', "observation": "x"}]}).encode() + b"\n"
-    assert _head(tricky) == {"phase": "eval", "task_id": "t", "policy_info": {"note": 'a "steps": [ inside'}}
+    raws = (next(setting_dirs(view_run)) / "episodes.jsonl").read_bytes().splitlines()
+    for raw in raws:
+        assert parse_header(raw) == parse_line(raw).header
+    path = tmp_path / "episodes.jsonl"
+    path.write_bytes(b"\n".join(raws) + b"\n" + raws[0][: len(raws[0]) - 20])  # a tail cut inside its steps
+    assert parse_header(raws[0][: len(raws[0]) - 20]) == parse_header(raws[0])  # the head alone is whole
+    for headers in (True, False):
+        good, bad = read_log(path, headers=headers)
+        assert len(good) == len(raws) and not bad
 
 
 def test_a_damaged_run_is_shown_without_its_damaged_lines(view_run, tmp_path):
@@ -233,9 +230,9 @@ def test_a_damaged_run_is_shown_without_its_damaged_lines(view_run, tmp_path):
         x = json.loads(lines[0])
         for key, value in change.items():
             if value is None:
-                x.pop(key)
+                x["head"].pop(key)
             else:
-                x[key] = value
+                x["head"][key] = value
         bad.append(json.dumps(x))
     episodes.write_text("\n".join(lines + bad) + "\n")
     viewer = Viewer([run])

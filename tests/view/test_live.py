@@ -61,13 +61,13 @@ def test_episodes_sort_server_side(view_run):
 def test_the_matrix_counts_held_out_successes_per_task_and_policy(view_run):
     viewer = Viewer([view_run])
     matrix = viewer.index(0).matrix()
-    lines = [x for x in load_episodes(view_run) if x["phase"] == "eval" and x["termination"] != "infrastructure_failure"]
-    last = max(x["iteration"] for x in lines)
-    final = [x for x in lines if x["iteration"] == last]
+    lines = [x for x in load_episodes(view_run) if x.header.phase == "eval" and x.header.termination != "infrastructure_failure"]
+    last = max(x.header.iteration for x in lines)
+    final = [x for x in lines if x.header.iteration == last]
     for row in matrix["rows"]:
         for policy, cell in row["cells"].items():
-            mine = [x for x in final if x["task_id"] == row["task_id"] and x["policy"] == policy]
-            assert cell == {"n": len(mine), "won": sum(x["success"] for x in mine)}
+            mine = [x for x in final if x.header.task_id == row["task_id"] and x.header.policy == policy]
+            assert cell == {"n": len(mine), "won": sum(x.header.success for x in mine)}
     split = viewer.index(0).matrix(split_seeds=True)
     assert all(" seed" in c for c in split["columns"]) and len(split["columns"]) >= len(matrix["columns"])
     with pytest.raises(ValueError, match="no benchmark"):
@@ -92,9 +92,9 @@ def test_two_runs_configs_diff(view_run, tmp_path):
 def test_search_finds_a_step_and_an_export_is_the_line(view_run):
     viewer = Viewer([view_run])
     viewer.catch_up()
-    line = next(x for x in load_episodes(view_run) if x["steps"])
-    word = next(w for w in line["steps"][0]["action"].split() if w.isalpha() and len(w) > 2) \
-        if any(w.isalpha() and len(w) > 2 for w in line["steps"][0]["action"].split()) else line["task_id"].split("/")[0]
+    line = next(x for x in load_episodes(view_run) if x.steps)
+    word = next(w for w in line.steps[0].action.split() if w.isalpha() and len(w) > 2) \
+        if any(w.isalpha() and len(w) > 2 for w in line.steps[0].action.split()) else line.header.task_id.split("/")[0]
     client = TestClient(create_app(viewer), base_url="http://127.0.0.1")
     found = client.get("/api/run/0/search", params={"q": word}).json()
     assert found["status"]["ready"] and found["hits"]

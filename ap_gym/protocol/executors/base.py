@@ -9,7 +9,7 @@ do not depend on the executor.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -32,9 +32,9 @@ class EvalJob:
 
 @dataclass(frozen=True)
 class EvalResult:
-    """One played task: the episode (as its dict) and how many attempts it took."""
+    """One played task: the episode and how many attempts it took."""
 
-    episode: Mapping[str, Any]
+    episode: Episode
     attempts: int
 
 
@@ -42,7 +42,7 @@ def infra_results(job: EvalJob, error: str) -> list[EvalResult]:
     """Every task of a job recorded as an infrastructure failure (its worker kept dying)."""
     return [EvalResult(Episode(task_id=t, task_family="?", instruction="", initial_observation="", steps=(),
                                success=False, score=None, max_score=None, termination=Termination.INFRA,
-                               error=error, seed=job.seed, training=False).to_dict(), 0)
+                               error=error, seed=job.seed, training=False), 0)
             for t in job.task_ids]
 
 

@@ -106,7 +106,7 @@ class Worker:
 
         def play(env: Any, policy: Any, task_id: str) -> EvalResult:
             episode, attempts = run_with_retries(env, policy, task_id, job.seed, config.retries)
-            return EvalResult(episode.to_dict(), attempts)
+            return EvalResult(episode, attempts)
 
         if len(job.task_ids) == 1:
             return [play(envs[0], policies[0], job.task_ids[0])]

@@ -308,24 +308,25 @@ async function viewEpisodes(params) {
 
 // -- One episode ------------------------------------------------------------------------
 function stepView(step, n) {
-  const cands = step.candidates || [];  // the best-scored candidates, recorded by the agent
-  return h("div", { class: "step" + (step.parse_failure ? " parse-failure" : ""), "data-step": n },
+  const t = step.trace || {};  // what the policy said about the step (schema 2: a step holds its trace)
+  const cands = t.candidates || [];  // the best-scored candidates, recorded by the agent
+  return h("div", { class: "step" + (t.parse_failure ? " parse-failure" : ""), "data-step": n },
     h("div", {}, h("span", { class: "muted" }, `step ${n} · `), h("span", { class: "action" }, step.action),
-      step.parse_failure ? h("span", { class: "tag flagged" }, "parse failure") : null,
+      t.parse_failure ? h("span", { class: "tag flagged" }, "parse failure") : null,
       h("span", { class: "muted" }, ` · reward ${fmt(step.reward)} · score ${fmt(step.score)}`),
       step.seconds !== undefined && step.seconds !== null ? h("span", { class: "muted", "data-seconds": step.seconds }, ` · ${fmt(step.seconds, 3)} s`) : null),
-    step.reasoning ? h("div", {}, h("i", {}, "reasoning: "), step.reasoning) : null,
+    t.reasoning ? h("div", {}, h("i", {}, "reasoning: "), t.reasoning) : null,
     h("pre", { class: "observation" }, step.observation),
     cands.length ? h("details", {}, h("summary", {}, `candidate scores (${cands.length})`),
-      table(["candidate", `${step.reduction || "sum"} log-lik`], cands.map(([c, s]) => h("tr", {}, h("td", {}, c), h("td", {}, fmt(s, 3)))))) : null,
+      table(["candidate", `${t.reduction || "sum"} log-lik`], cands.map(([c, s]) => h("tr", {}, h("td", {}, c), h("td", {}, fmt(s, 3)))))) : null,
     h("details", { class: "raw" }, h("summary", {}, "prompt and raw response"),
-      h("h4", {}, "prompt"), h("pre", { class: "prompt" }, step.prompt ?? "(not recorded)"),
-      h("h4", {}, "response"), h("pre", { class: "response" }, step.response ?? "(not recorded)")));
+      h("h4", {}, "prompt"), h("pre", { class: "prompt" }, t.prompt ?? "(not recorded)"),
+      h("h4", {}, "response"), h("pre", { class: "response" }, t.response ?? "(not recorded)")));
 }
 
 function decisionView(ep) {
-  const info = ep.line.policy_info || {};
-  const usage = ep.line.usage || {};
+  const info = ep.line.head.policy_info || {};
+  const usage = ep.line.head.usage || {};
   const box = h("aside", { class: "decision", id: "decision" }, h("h3", {}, "Memory decision"));
   const kv = [["mode", info.mode ?? "-"], ["why", info.mode_reason ?? "-"], ["neighbours' mean similarity", fmt(info.mean_similarity, 3)],
     ["synthesis calls", info.synthesis_calls ?? 0], ["memory empty", info.memory_empty ?? "-"]];
@@ -363,7 +364,7 @@ function decisionView(ep) {
 async function viewEpisode(id) {
   const k = currentRun();
   const ep = await api(`run/${k}/episode/${id}`);
-  const x = ep.line;
+  const x = ep.line.head;
   const head = h("div", {},
     h("h2", {}, `Episode ${id}: ${x.task_id}`),
     h("p", {}, outcomeTag(ep.row.outcome), ` · score ${fmt(x.score)} / ${fmt(x.max_score)} · ${x.num_steps} steps · ${x.termination} · `,
@@ -374,7 +375,7 @@ async function viewEpisode(id) {
       h("a", { id: "export", href: "#", onclick: e => { e.preventDefault(); exportEpisode(k, id, x); } }, "export as JSON")));
   const steps = h("div", { id: "timeline" }, h("h3", {}, "Timeline"),
     h("details", {}, h("summary", {}, "initial observation"), h("pre", {}, x.initial_observation)),
-    (x.steps || []).map((s, i) => stepView(s, i + 1)));
+    ep.line.steps.map((s, i) => stepView(s, i + 1)));
   return h("section", { id: "view-episode", "data-episode-id": id }, head, h("div", { class: "episode" }, steps, decisionView(ep)));
 }
 
@@ -391,7 +392,7 @@ async function viewCompare(params) {
   const ov = await api(`run/${k}/overview`);
   const evalTasks = ov.facets.eval_task_id;
   let task = params.task_id;
-  if (!task && params.a) task = (await api(`run/${k}/episode/${params.a}`)).line.task_id;
+  if (!task && params.a) task = (await api(`run/${k}/episode/${params.a}`)).line.head.task_id;
   const root = h("section", { id: "view-compare" }, h("h2", {}, "Compare two episodes of one task, aligned by step"));
   const taskSel = h("select", { "data-compare": "task", onchange: e => { location.hash = href("compare", { task_id: e.target.value }); } },
     h("option", { value: "" }, "choose a held-out task"), evalTasks.map(t => h("option", { value: t, selected: t === task }, t)));
@@ -424,7 +425,7 @@ async function viewCompare(params) {
       h("td", { class: differs ? "differs" : "" }, cell(sb))));
   }
   const summary = e => h("div", {}, h("a", { href: href(`episode/${e.id}`) }, label(e.row)), h("br"),
-    `mode ${e.line.policy_info?.mode ?? "-"} · ${e.line.num_steps} steps · score ${fmt(e.line.score)} · LLM calls ${e.line.usage?.llm_calls}`);
+    `mode ${e.line.head.policy_info?.mode ?? "-"} · ${e.line.head.num_steps} steps · score ${fmt(e.line.head.score)} · LLM calls ${e.line.head.usage?.llm_calls}`);
   root.append(table(["step", "A", "B"], [h("tr", {}, h("td", {}), h("td", {}, summary(ea)), h("td", {}, summary(eb))), ...rows],
     { class: "compare", id: "compare-table", "data-a": a, "data-b": b }));
   return root;

@@ -17,8 +17,8 @@ ray = pytest.importorskip("ray")
 
 
 def by_seed(run_dir: Path) -> dict:
-    return {(x["policy"], x["seed"], x["iteration"], x["task_id"]): ([s["action"] for s in x["steps"]], x["success"])
-            for x in load_episodes(run_dir) if x["phase"] == "eval"}
+    return {(x.header.policy, x.header.seed, x.header.iteration, x.header.task_id): ([s.action for s in x.steps], x.header.success)
+            for x in load_episodes(run_dir) if x.header.phase == "eval"}
 
 
 @pytest.fixture(scope="module")
@@ -64,5 +64,5 @@ def test_ray_executor_gives_the_local_results(tmp_path, ray_cluster):
 def test_a_killed_ray_run_resumes_like_a_local_one(tmp_path, ray_cluster):
     data = ap_config(tmp_path / "killed", executor="ray", ray_address=ray_cluster, workers=2, heldout=8)
     # actors finish in bursts: kill once iteration 1's evaluation has begun but not ended
-    kill_resume_and_compare(tmp_path, data, lambda ls: 1 <= sum(x["phase"] == "eval" and x["iteration"] == 1 for x in ls) < 8,
+    kill_resume_and_compare(tmp_path, data, lambda ls: 1 <= sum(x.header.phase == "eval" and x.header.iteration == 1 for x in ls) < 8,
                             clean_overrides={"executor": "local", "workers": 1})
