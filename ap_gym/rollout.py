@@ -38,6 +38,7 @@ def run_episode(
     seed: int | None = None,
     max_steps: int | None = None,
     options: dict[str, Any] | None = None,
+    truncate_when: Callable[[], bool] | None = None,
 ) -> Episode:
     """Run one episode and return its immutable record.
 
@@ -50,6 +51,8 @@ def run_episode(
             50 by default, applies as well); reaching it truncates.
         options: extra reset options. A policy's ``reset_options`` attribute (for
             example ``{"walkthrough": True}``) is merged in first.
+        truncate_when: asked after each step; ``True`` truncates the episode there (a
+            trainer's token budget), as a step limit would.
 
     Returns:
         The Episode, after ``policy.end`` has seen it; any LLM calls ``end`` made are
@@ -74,7 +77,8 @@ def run_episode(
         while not (terminated or truncated):
             action = policy.act(obs, info)
             obs, _reward, terminated, truncated, info = recorder.step(action)
-            if max_steps is not None and recorder.num_steps >= max_steps and not terminated:
+            if not terminated and ((max_steps is not None and recorder.num_steps >= max_steps)
+                                   or (truncate_when is not None and truncate_when())):
                 truncated = True
         episode = recorder.episode or recorder.build(info, terminated, truncated)
     except InfrastructureError as e:

@@ -22,7 +22,7 @@ from pydantic import Field
 from ap_gym.options import Options
 from ap_gym.seeding import derived_seed
 
-__all__ = ["Backbone", "BatchScorer", "Choice", "Completion", "ConstrainedChooser", "EpisodeCache",
+__all__ = ["Backbone", "BatchScorer", "Choice", "CommandActor", "Completion", "ConstrainedChooser", "EpisodeCache",
            "GenerationConfig", "Message", "Reduction", "Scores", "ServedBackbone"]
 
 #: A chat message: ``{"role": "system"|"user"|"assistant", "content": str}``.
@@ -170,6 +170,15 @@ class ConstrainedChooser(Protocol):
     def supports_choice(self) -> bool: ...
 
     def choose(self, messages: Sequence[Message], candidates: Sequence[str]) -> Choice: ...
+
+
+@runtime_checkable
+class CommandActor(Protocol):
+    """A backbone that is handed the step's admissible commands with its prompt (the scripted
+    actor of the studies, an instrument): it acts on the commands it is given and never
+    reads them back out of the prompt's text."""
+
+    def act_on(self, messages: Sequence[Message], candidates: Sequence[str]) -> Completion: ...
 
 
 @runtime_checkable

@@ -24,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from ap_gym.backbones.base import (
@@ -48,6 +50,9 @@ from ap_gym.backbones.packing import (
 )
 from ap_gym.backbones.tiny import tiny_llama
 from ap_gym.errors import BackboneError
+
+#: Commands whose token ids a backbone keeps (:meth:`TransformersBackbone.candidate_ids`).
+CANDIDATE_CACHE = 50_000
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -92,6 +97,8 @@ class TransformersBackbone:
         self._eos = self._eos_ids()
         #: one call at a time: the model, its caches and the statistics are shared state
         self.lock = threading.RLock()
+        self._token_cache: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._token_lock = threading.Lock()
         self._main = PrefixCache()
         #: per-lane KV caches for :meth:`score_batch` with ``keys`` (lanes in lock-step).
         self._lane_caches: dict[Any, PrefixCache] = {}
@@ -125,9 +132,21 @@ class TransformersBackbone:
         head = min(256, budget // 4)
         return ids[:head] + ids[len(ids) - (budget - head):], True
 
-    def _candidate_ids(self, candidates: Sequence[str]) -> list[list[int]]:
-        return [self.tokenizer(c, add_special_tokens=False)["input_ids"] or [self.tokenizer.unk_token_id or 0]
-                for c in candidates]
+    def candidate_ids(self, candidates: Sequence[str]) -> list[list[int]]:
+        """Each command's token ids, tokenized once per text: admissible commands repeat from
+        step to step (a ScienceWorld state lists hundreds), so every later step reads them
+        from a cache (bounded; the oldest texts go first)."""
+        cache = self._token_cache
+        with self._token_lock:
+            missing = [c for c in dict.fromkeys(candidates) if c not in cache]
+            if missing:
+                encoded = self.tokenizer(missing, add_special_tokens=False)["input_ids"]
+                for text, ids in zip(missing, encoded, strict=True):
+                    cache[text] = tuple(ids) or (self.tokenizer.unk_token_id or 0,)
+                while len(cache) > CANDIDATE_CACHE:
+                    cache.popitem(last=False)
+            return [list(cache[c]) for c in candidates]
+
 
     # ---------------------------------------------------------------- cache
     def weights_version(self) -> tuple[int, int]:
@@ -302,7 +321,7 @@ class TransformersBackbone:
 
         if not candidates:
             return Scores(())
-        cand_ids = self._candidate_ids(candidates)
+        cand_ids = self.candidate_ids(candidates)
         with self.lock, torch.inference_mode():
             ids, _ = self.encode_prompt(messages, max(len(c) for c in cand_ids) + 1)
             prefix = len(ids)
@@ -408,7 +427,7 @@ class TransformersBackbone:
         """Per-token log-probabilities of ``completion`` (text, or token ids) as the
         assistant's reply to ``messages``, with gradients; ``.sum()`` equals
         ``score(messages, [completion]).values[0]`` (same prompt encoding and cut)."""
-        ids = list(completion) if not isinstance(completion, str) else self._candidate_ids([completion])[0]
+        ids = list(completion) if not isinstance(completion, str) else self.candidate_ids([completion])[0]
         prompt, _ = self.encode_prompt(messages, len(ids) + 1)
         return self.sequence_logprobs([prompt], [ids])[0]
 
@@ -448,7 +467,7 @@ class TransformersBackbone:
                 if not candidates:
                     results[i] = Scores(())
                     continue
-                cand_ids = self._candidate_ids(candidates)
+                cand_ids = self.candidate_ids(candidates)
                 ids, _ = self.encode_prompt(messages, max(len(c) for c in cand_ids) + 1)
                 cache = self._lane_caches.setdefault(key, PrefixCache())
                 width = len(ids) - cache.common_prefix(ids) + sum(len(c) - 1 for c in cand_ids)
@@ -509,6 +528,21 @@ class TransformersBackbone:
                 off += m
                 scores.append(total / len(c) if requests[r.index][2] == "mean" else total)
             results[r.index] = Scores(tuple(scores), len(r.ids), sum(len(c) for c in r.cand_ids))
+
+    def save(self, directory: str | Path) -> Path:
+        """The model (safetensors) with its tokenizer and config in ``directory``: a trained
+        checkpoint that loads as a backbone (``TransformersBackbone(directory)``, or
+        ``backbone: <directory>`` in a run config)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        model = self.model
+        if getattr(model, "hf_quantizer", None) is not None:  # a model loaded from GGUF is dequantized
+            model.hf_quantizer = None
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+        model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        return directory
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "transformers", "identity": self.identity, "device": self.device,

@@ -16,6 +16,10 @@ success figures report what was planted. :class:`ScriptedActor` is that agent:
   a function the study supplies, writes the text from the records in the prompt.
 * **admission judge**: yes.
 
+It acts through :meth:`ScriptedActor.act_on` (the
+:class:`~ap_gym.backbones.base.CommandActor` ability): the agent hands it the step's
+admissible commands, so it never parses them out of the prompt's text.
+
 It needs each task's walkthrough, keyed by instruction (``walkthroughs``). Calls are
 counted like a model's, with zero tokens. ``followed`` counts the steps where guidance
 offered a command and the actor took it, and ``offered`` those where it offered one: the
@@ -34,7 +38,6 @@ from ap_gym.text import commands_in
 
 __all__ = ["ScriptedActor", "guidance_rules", "shown_records"]
 
-_ADMISSIBLE = re.compile(r"\n\nAdmissible commands: (.*?)(?: \(and \d+ more\))?$", re.S)
 _ID = re.compile(r"\bb0[a-z0-9]{8}\b")
 
 
@@ -84,15 +87,18 @@ class ScriptedActor:
         self.offered = self.followed = 0
 
     # ----------------------------------------------------------------- acting
-    def act(self, messages: Sequence[Message]) -> str:
+    def act_on(self, messages: Sequence[Message], candidates: Sequence[str]) -> Completion:
+        """The command it issues, given the prompt (its guidance and history) and the step's
+        admissible commands (handed over by the agent, never read out of the prompt)."""
+        return Completion(self.act(messages, list(candidates)), 0, 0, 0.0)
+
+    def act(self, messages: Sequence[Message], admissible: list[str]) -> str:
         system = messages[0]["content"]
         line = next((ln for ln in system.splitlines() if ln.startswith("Your task: ")), "")
         instruction = line.removeprefix("Your task: ").strip()
         if instruction not in self.walkthroughs:
             raise ValueError("the scripted actor knows no walkthrough for this task's instruction")
         issued = [m["content"].strip() for m in messages if m["role"] == "assistant"]
-        match = _ADMISSIBLE.search([m["content"] for m in messages if m["role"] == "user"][-1])
-        admissible = [a.strip() for a in match.group(1).split(", ")] if match else []
         draw = derived_rng(self.seed, instruction, len(issued))
         guided = self.guided(system, issued, admissible)
         if guided is not None:
@@ -137,11 +143,11 @@ class ScriptedActor:
     def generate(self, messages: Sequence[Message], config: GenerationConfig = GenerationConfig(),
                  **_: Any) -> Completion:
         if messages and messages[0]["role"] == "system":
-            text = self.act(messages)
-        else:
-            prompt = messages[-1]["content"]
-            text = "yes" if "Answer with exactly one word: yes or no" in prompt else \
-                self.synthesise(prompt, derived_rng(self.seed, "synthesis", prompt))
+            raise ValueError("the scripted actor acts through act_on (the agent hands it the step's commands); "
+                             "generate answers synthesis, reflection and judge prompts only")
+        prompt = messages[-1]["content"]
+        text = "yes" if "Answer with exactly one word: yes or no" in prompt else \
+            self.synthesise(prompt, derived_rng(self.seed, "synthesis", prompt))
         return Completion(text, 0, 0, 0.0)
 
     def generate_batch(self, batch: Sequence[Sequence[Message]],
@@ -149,7 +155,7 @@ class ScriptedActor:
         return [self.generate(m, config) for m in batch]
 
     def score(self, messages: Sequence[Message], candidates: Sequence[str], reduction: str = "sum") -> Scores:
-        chosen = self.act(messages)
+        chosen = self.act(messages, list(candidates))
         return Scores(tuple(0.0 if c == chosen else -10.0 for c in candidates), 0, 0)
 
     def describe(self) -> dict[str, Any]:

@@ -1,17 +1,9 @@
 """The acting agent (ReAct) and the no-memory baseline.
 
-Every memory design is this agent plus something in its prompt. The prompt is a chat:
-
-* system: how to act, the task's instruction, and an optional **guidance block**
-  (whatever a memory design puts there: retrieved records, rules, reflections), under
-  a header that names where it came from;
-* then the episode so far as turns (observation as user, command as assistant), a
-  bounded window of them; the current observation is last, followed by the admissible
-  commands when the env gives them.
-
-The prompt grows by appending within the window, so a backbone that reuses its KV cache
-prefills only the new turn. When the window overflows, the oldest half is dropped at
-once (rather than one turn per step) so that reuse resumes on the next step.
+Every memory design is this agent plus something in its prompt: a **guidance block** in
+the system prompt. The prompt itself is written by :class:`~ap_gym.policies.prompting.PromptBuilder`,
+the one builder that evaluation and training share (the system prompt, a bounded window of
+turns, observations cut to a length, the admissible commands, a token budget).
 
 Three action modes (``AgentConfig.action_mode``, recorded in every Episode):
 
@@ -45,6 +37,8 @@ from pydantic import Field
 
 from ap_gym.backbones.base import (
     Backbone,
+    CommandActor,
+    Completion,
     ConstrainedChooser,
     EpisodeCache,
     GenerationConfig,
@@ -53,10 +47,9 @@ from ap_gym.backbones.base import (
 from ap_gym.errors import BackboneError
 from ap_gym.options import Options
 from ap_gym.policies.base import BasePolicy
+from ap_gym.policies.prompting import PromptBuilder, transcript
 from ap_gym.policies.registry import register_policy
-from ap_gym.prompts import load_prompt
 from ap_gym.seeding import derived_rng
-from ap_gym.text import count_tokens
 
 __all__ = ["AgentConfig", "NoMemory", "ReActAgent", "normalise_action", "parse_react"]
 
@@ -92,6 +85,9 @@ class AgentConfig(Options):
             command's log-probability under that softmax in ``Step.logprob``.
         record_messages: keep the chat the backbone saw in ``Step.messages`` (a trainer
             re-scores it); off by default, since it repeats the history on every step.
+        candidates_kept: how many of the best-scored candidates a ``choose`` step records
+            (``Step.trace.candidates``); ``None`` keeps every one (a policy gradient over
+            the admissible commands needs them all).
         choose_method: how ``choose`` picks a command. ``"score"``: the log-likelihood of
             every candidate (the paper's rule, exact; one forward pass in process, a
             prefill per candidate on vLLM). ``"constrained"``: one generation constrained
@@ -112,11 +108,8 @@ class AgentConfig(Options):
     react_generation: GenerationConfig = GenerationConfig(max_new_tokens=128, stop=("\nObservation", "\n\n"))
     choose_temperature: float = Field(default=0.0, ge=0.0)
     record_messages: bool = False
+    candidates_kept: int | None = Field(default=10, ge=0)
     choose_method: Literal["auto", "score", "constrained"] = "auto"
-
-
-#: How many of the best-scored candidates a ``choose`` step keeps (``Step.candidates``).
-CANDIDATES_KEPT = 10
 
 
 def parse_react(text: str, admissible: Sequence[str] | None = None) -> tuple[str, str, bool]:
@@ -176,8 +169,7 @@ class ReActAgent(BasePolicy):
         self.config = AgentConfig.coerce(config)
         self.reset_options = {"admissible_commands": self.config.action_mode == "choose" or self.config.list_admissible}
         self.guidance: str | None = None
-        self._system = ""
-        self._turns: list[Message] = []
+        self.prompt = PromptBuilder(self.config)
 
     # --------------------------------------------------------------- prompt
     def reset_episode(self) -> None:
@@ -195,41 +187,19 @@ class ReActAgent(BasePolicy):
         self.guidance = guidance
         self._task_id = str(info.get("task_id", ""))
         self.decisions["action_mode"] = self.config.action_mode
-        prompt = "acting_react" if self.config.action_mode == "react" else "acting_system"
-        system = load_prompt(prompt).format(instruction=info.get("instruction", ""))
-        if self.guidance:
-            system += "\n\n" + self.guidance
-        self._system = system
-        self._turns = []
-
-    def _cut(self, text: str) -> str:
-        limit = self.config.max_observation_chars
-        return text if len(text) <= limit else text[:limit] + " [...]"
+        self.prompt.start(str(info.get("instruction", "")), guidance)
 
     def messages(self, observation: str, admissible: Sequence[str] | None) -> list[Message]:
-        """The chat the backbone sees for this step."""
-        window = 2 * self.config.history_window
-        if len(self._turns) > window:
-            self._turns = self._turns[len(self._turns) - window // 2:]
-            if self._turns and self._turns[0]["role"] == "assistant":
-                self._turns = self._turns[1:]
-        current = self._cut(observation)
-        if admissible and self.config.list_admissible:
-            listed = list(admissible)[: self.config.max_admissible_listed]
-            more = len(admissible) - len(listed)
-            current += "\n\nAdmissible commands: " + ", ".join(listed) + (f" (and {more} more)" if more > 0 else "")
-        messages = [{"role": "system", "content": self._system}, *self._turns, {"role": "user", "content": current}]
-        budget = self.config.max_prompt_tokens
-        while budget is not None and len(self._turns) >= 2 and sum(count_tokens(m["content"]) for m in messages) > budget:
-            self._turns = self._turns[2:]  # the oldest observation and reply go first
-            self.decisions["history_trimmed"] = self.decisions.get("history_trimmed", 0) + 1
-            messages = [messages[0], *self._turns, messages[-1]]
+        """The chat the backbone sees for this step (:class:`PromptBuilder`)."""
+        messages = self.prompt.messages(observation, admissible)
+        if self.prompt.trimmed:
+            self.decisions["history_trimmed"] = self.prompt.trimmed
         return messages
 
     @staticmethod
     def transcript(messages: Sequence[Message]) -> str:
         """A readable, backbone-independent rendering of the prompt, saved per step."""
-        return "\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
+        return transcript(messages)
 
     # ------------------------------------------------------------------ act
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
@@ -263,26 +233,31 @@ class ReActAgent(BasePolicy):
                 ", ".join(f"{admissible[i]!r}={scores[i]:.3f}" for i in ranked[:3])
             reply, thought = action, None
             scored_step.update(candidates=tuple((admissible[i], round(float(scores[i]), 4))
-                                                for i in ranked[:CANDIDATES_KEPT]),
+                                                for i in ranked[:self.config.candidates_kept]),
                                reduction=self.config.reduction)
         elif self.config.action_mode == "react":
-            completion = self.backbone.generate(
-                messages, self.config.react_generation.seeded(self.seed, self._task_id, len(self._steps)))
+            completion = self._generate(messages, self.config.react_generation, admissible)
             self.meter.record("acting", completion.prompt_tokens, completion.completion_tokens)
             scored_step.update(_generated_logprob(completion, self.config.react_generation))
             thought, action, failure = parse_react(completion.text, admissible)
             thought, response = thought or None, completion.text
             reply = f"Thought: {thought or ''}\nAction: {action}"  # what later turns see, as ReAct's agents do
         else:
-            completion = self.backbone.generate(
-                messages, self.config.generation.seeded(self.seed, self._task_id, len(self._steps)))
+            completion = self._generate(messages, self.config.generation, admissible)
             self.meter.record("acting", completion.prompt_tokens, completion.completion_tokens)
             scored_step.update(_generated_logprob(completion, self.config.generation))
             action, failure = normalise_action(completion.text, admissible)
             response, reply, thought = completion.text, action, None
         self.record_step(self.transcript(messages), response, failure, reasoning=thought, **scored_step)
-        self._turns += [{"role": "user", "content": self._cut(observation)}, {"role": "assistant", "content": reply}]
+        self.prompt.record(observation, reply)
         return action
+
+    def _generate(self, messages: list[Message], config: GenerationConfig, admissible: Sequence[str]) -> Completion:
+        """The backbone's reply, sampled with a seed of this run, task and step; a backbone that
+        acts on commands (the scripted actor) is handed the admissible ones."""
+        if isinstance(self.backbone, CommandActor):
+            return self.backbone.act_on(messages, admissible)
+        return self.backbone.generate(messages, config.seeded(self.seed, self._task_id, len(self._steps)))
 
     def _constrained(self) -> bool:
         """Whether this step's choice is a constrained generation (see ``choose_method``)."""

@@ -1,8 +1,9 @@
 """Training on ap-gym: episodes as token sequences, and GRPO through TRL.
 
-* :mod:`ap_gym.training.tokens`: play an episode with a transformers backbone and keep
-  it as one token sequence (the prompt, then the model's tokens interleaved with the
-  environment's answers, masked out), with each generated token's log-probability.
+* :mod:`ap_gym.training.tokens`: play an episode with a transformers backbone through the
+  evaluation stepper and prompt, and keep it as token sequences: per turn (the exact
+  prompt, the reply, each token's log-probability) and as one sequence (the prompt, then
+  the model's tokens interleaved with the environment's answers, masked out).
 * :mod:`ap_gym.training.trl`: the adapters for TRL's ``GRPOTrainer``:
   :class:`TRLRollout` (its ``rollout_func``, for any model) and :class:`EnvTools` (its
   ``environment_factory``, for models whose chat template calls tools).
@@ -13,6 +14,12 @@ admissible commands) is ``examples/grpo_torch.py``.
 
 from __future__ import annotations
 
-from ap_gym.training.tokens import TokenEpisode, play_tokens, turn_suffix
+from ap_gym.training.tokens import (
+    TokenEpisode,
+    TokenTurn,
+    play_tokens,
+    require_valid,
+    training_agent,
+)
 
-__all__ = ["TokenEpisode", "play_tokens", "turn_suffix"]
+__all__ = ["TokenEpisode", "TokenTurn", "play_tokens", "require_valid", "training_agent"]

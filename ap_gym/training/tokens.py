@@ -1,15 +1,28 @@
-"""An episode as one token sequence, for trainers that learn from token log-probabilities.
+"""An episode as token sequences, for trainers that learn from token log-probabilities.
 
-A multi-turn episode becomes what a single-turn trainer (TRL's ``GRPOTrainer``) expects:
-``prompt_ids`` (the chat up to the first reply) and ``completion_ids``: the model's reply,
-then the tokens the chat template puts between it and the next reply (the end of the
-turn, the environment's observation as a user turn, the next assistant header), then the
-next reply, and so on. ``env_mask`` is 1 on the model's tokens and 0 on the environment's,
-so a loss counts only what the model chose; ``logprobs`` holds each generated token's
-log-probability (0 on the environment's tokens).
+A training rollout is played by the evaluation code itself: :func:`play_tokens` runs
+:func:`~ap_gym.rollout.run_episode` (the one stepper: infrastructure failures and refused
+prompts handled as in ``ap-gym run``) with the acting agent
+(:class:`~ap_gym.policies.react.ReActAgent`, whose
+:class:`~ap_gym.policies.prompting.PromptBuilder` writes every prompt) generating each
+command with the trainer's model. So the prompt a model sees while it is trained is, token
+for token, the prompt ``ap-gym run`` evaluates it with on the same state.
 
-Each reply is generated over the sequence so far, so the backbone's KV cache makes a turn
-cost only its new tokens.
+Two views of the played episode come back:
+
+* ``turns``: per reply, the exact prompt ids it was generated from, its completion ids and
+  each token's log-probability: what a per-turn trainer (REINFORCE over turns, step groups)
+  needs; always exact.
+* one sequence, what a single-turn trainer (TRL's ``GRPOTrainer``) expects:
+  ``prompt_ids`` (the first prompt) and ``completion_ids``: the first reply, then the tokens
+  the next prompt adds (the end of the turn, the environment's observation as a user turn,
+  the next assistant header), then the next reply, and so on. ``env_mask`` is 1 on the
+  model's tokens and 0 on the environment's; ``logprobs`` holds each generated token's
+  log-probability (0 on the environment's). The sequence is only valid while each prompt
+  extends the one before with the reply as generated: when the agent's history shows
+  something else (a reply normalised to a command, a window that dropped old turns, a
+  token budget), the sequence stops at that turn (``cut``, with ``cut_reason``), the
+  episode ends there, and the reward is the score reached by the last reply it holds.
 """
 
 from __future__ import annotations
@@ -20,14 +33,33 @@ from typing import Any
 
 import gymnasium as gym
 
-from ap_gym.backbones.base import GenerationConfig, Message
+from ap_gym.backbones.base import Completion, GenerationConfig, Message, Reduction, Scores
 from ap_gym.backbones.hf import TransformersBackbone
-from ap_gym.policies.react import normalise_action
-from ap_gym.prompts import load_prompt
+from ap_gym.errors import InfrastructureError
+from ap_gym.policies.react import AgentConfig, NoMemory
+from ap_gym.rollout import run_episode
+from ap_gym.types import Episode, Termination
 
-__all__ = ["TokenEpisode", "observation_turn", "play_tokens", "turn_suffix"]
+__all__ = ["TokenEpisode", "TokenTurn", "play_tokens", "require_valid", "training_agent"]
 
-_MARK = "\u2063AP_GYM_REPLY\u2063"
+
+@dataclass(frozen=True)
+class TokenTurn:
+    """One reply: the exact prompt it was generated from and what the model wrote.
+
+    Attributes:
+        prompt_ids: the prompt's token ids (the evaluation prompt of this state).
+        completion_ids: the generated ids (with the end-of-turn token when the model stopped).
+        logprobs: the model's log-probability of each completion id.
+        action: the command the reply became.
+        reward: the env's reward for that command, over the task's ``max_score``.
+    """
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    action: str
+    reward: float
 
 
 @dataclass(frozen=True)
@@ -40,10 +72,15 @@ class TokenEpisode:
         completion_ids: the replies and the environment's answers between them.
         env_mask: 1 on the model's tokens, 0 on the environment's (same length).
         logprobs: the model's log-probability of each of its tokens, 0 elsewhere.
-        reward: the final score divided by the task's ``max_score`` (1 for a full win).
-        success: the env's success.
-        actions: the commands sent.
-        cut: the completion reached ``max_completion_tokens`` before the episode ended.
+        reward: the score reached by the last reply the sequence holds, over the task's
+            ``max_score`` (1 for a full win).
+        success: the env's success, won by a reply the sequence holds.
+        actions: the commands the sequence's replies became.
+        cut: the sequence stopped before the episode would have ended (token budget, or a
+            prompt that does not extend the sequence: ``cut_reason``).
+        turns: every reply with its exact prompt (:class:`TokenTurn`).
+        episode: the stepper's record (termination, infrastructure failure, usage, prompts).
+        cut_reason: why the sequence stopped early, or ``None``.
     """
 
     task_id: str
@@ -55,48 +92,83 @@ class TokenEpisode:
     success: bool
     actions: tuple[str, ...]
     cut: bool = False
+    turns: tuple[TokenTurn, ...] = ()
+    episode: Episode | None = None
+    cut_reason: str | None = None
+
+    @property
+    def infrastructure_failure(self) -> bool:
+        return self.episode is not None and self.episode.infrastructure_failure
 
 
-def observation_turn(observation: str, info: Mapping[str, Any], max_listed: int = 60) -> str:
-    """The user turn for an observation: the text, then the admissible commands if any."""
-    admissible = list(info.get("admissible_commands") or [])
-    if not admissible:
-        return observation
-    listed = admissible[:max_listed]
-    more = f" (and {len(admissible) - len(listed)} more)" if len(admissible) > len(listed) else ""
-    return f"{observation}\n\nAdmissible commands: {', '.join(listed)}{more}"
+def training_agent(generation: GenerationConfig, agent: AgentConfig | Mapping[str, Any] | None = None) -> AgentConfig:
+    """The agent options of a training rollout: the evaluation agent's (``agent``, default
+    :class:`AgentConfig`'s), generating each command with ``generation`` (the trainer's
+    sampling settings)."""
+    config = AgentConfig.coerce(agent)
+    return config.replace(action_mode="generate", generation=generation)
 
 
-def turn_suffix(tokenizer: Any, messages: Sequence[Message], observation: str, ended_with_eos: bool) -> str:
-    """The text the chat template puts after an assistant reply and before the next one:
-    the end of the reply's turn (unless the model's own end-of-turn token already ended
-    it), the observation as a user turn, and the next assistant header.
+class _Recorder:
+    """The backbone the agent talks to in a training rollout: the trainer's model, with each
+    reply's prompt ids, completion ids and log-probabilities kept, and the sequence's budget."""
 
-    Read from the template itself (a marker reply, rendered with and without the next
-    turn), so it holds for any chat template.
-    """
-    convo = [dict(m) for m in messages]
-    closed = tokenizer.apply_chat_template(convo + [{"role": "assistant", "content": _MARK}], tokenize=False)
-    after = tokenizer.apply_chat_template(convo + [{"role": "assistant", "content": _MARK},
-                                                   {"role": "user", "content": observation}],
-                                          tokenize=False, add_generation_prompt=True)
-    if not after.startswith(closed[: closed.index(_MARK)]) or _MARK not in after:
-        raise ValueError("the chat template does not render a conversation as a growing prefix; "
-                         "multi-turn token episodes need one that does")
-    suffix = after[after.index(_MARK) + len(_MARK):]
-    eos = tokenizer.eos_token or ""
-    if ended_with_eos and eos and suffix.startswith(eos):
-        suffix = suffix[len(eos):]
-    return suffix
+    def __init__(self, backbone: TransformersBackbone, max_completion_tokens: int) -> None:
+        self.backbone = backbone
+        self.identity = backbone.identity
+        self.max_completion_tokens = max_completion_tokens
+        self.turns: list[tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]]] = []
+        self.cut_reason: str | None = None
+        self.held = 0  # turns the sequence holds (the rest were played past a cut)
 
+    @property
+    def done(self) -> bool:
+        """The sequence can take no more turns: the episode ends at this step."""
+        return self.cut_reason is not None
 
-def _start(env: gym.Env[str, str], task_id: str | None, seed: int | None) -> tuple[list[Message], dict[str, Any]]:
-    options: dict[str, Any] = {"admissible_commands": True}
-    if task_id is not None:
-        options["task_id"] = task_id
-    obs, info = env.reset(seed=seed, options=options)
-    system = load_prompt("acting_system").format(instruction=info.get("instruction", ""))
-    return [{"role": "system", "content": system}, {"role": "user", "content": observation_turn(obs, info)}], info
+    def _used(self, prompt_ids: Sequence[int]) -> int:
+        """Completion tokens the sequence holds before a reply to ``prompt_ids``."""
+        return len(prompt_ids) - len(self.turns[0][0]) if self.turns else 0
+
+    def _extends(self, prompt_ids: Sequence[int]) -> bool:
+        if not self.turns:
+            return True
+        prompt, completion, _ = self.turns[-1]
+        before = prompt + completion
+        return tuple(prompt_ids[: len(before)]) == before
+
+    def generate(self, messages: Sequence[Message], config: GenerationConfig = GenerationConfig()) -> Completion:
+        ids, _ = self.backbone.encode_prompt(messages, min(config.max_new_tokens, self.backbone.max_context // 2))
+        if self.cut_reason is None and not self._extends(ids):
+            self.cut_reason = (f"the prompt of turn {len(self.turns) + 1} does not extend the sequence (the agent's "
+                               "history shows a reply other than as generated, or dropped old turns)")
+        room = self.max_completion_tokens - self._used(ids)
+        if self.cut_reason is None and room < 1:
+            self.cut_reason = f"the completion reached max_completion_tokens ({self.max_completion_tokens})"
+        if self.cut_reason is None:
+            config = config.model_copy(update={"max_new_tokens": min(config.max_new_tokens, room)})
+        completion = self.backbone.generate(messages, config)
+        extra = completion.extra
+        self.turns.append((tuple(extra["prompt_ids"]), tuple(extra["completion_ids"]), tuple(extra["logprobs"])))
+        if self.cut_reason is None:
+            self.held = len(self.turns)
+            if self._used(ids) + len(extra["completion_ids"]) >= self.max_completion_tokens:
+                self.cut_reason = f"the completion reached max_completion_tokens ({self.max_completion_tokens})"
+                self.held = len(self.turns)
+        return completion
+
+    def generate_batch(self, batch: Sequence[Sequence[Message]],
+                       config: GenerationConfig = GenerationConfig()) -> list[Completion]:
+        return [self.generate(m, config) for m in batch]
+
+    def score(self, messages: Sequence[Message], candidates: Sequence[str], reduction: Reduction = "sum") -> Scores:
+        raise TypeError("a token rollout generates its commands (action_mode: generate)")
+
+    def reset_cache(self) -> None:
+        self.backbone.reset_cache()
+
+    def describe(self) -> dict[str, Any]:
+        return self.backbone.describe()
 
 
 def play_tokens(
@@ -108,46 +180,76 @@ def play_tokens(
     generation: GenerationConfig = GenerationConfig(max_new_tokens=24, temperature=1.0),
     max_turns: int = 10,
     max_completion_tokens: int = 512,
+    agent: AgentConfig | Mapping[str, Any] | None = None,
+    sample_seed: int | None = None,
 ) -> TokenEpisode:
-    """Play one episode of ``env`` with ``backbone`` generating each command.
+    """Play one episode of ``env`` with ``backbone`` generating each command, through the
+    evaluation stepper and prompt (see the module docstring).
 
     Args:
         backbone: a transformers backbone (the trainer's model and tokenizer).
-        env: an ap-gym env (``admissible_commands`` are asked for and listed).
-        task_id, seed: the task and the seed (equal seeds give equal starts).
-        generation: decoding options; sampling (temperature > 0) is what a policy
-            gradient needs. Its ``seed`` (else ``seed``) makes the samples reproducible.
+        env: an ap-gym env (its admissible commands are listed as the agent lists them).
+        task_id, seed: the task and the env's seed (equal seeds give equal starts).
+        sample_seed: seeds sampling, per task and turn, as ``ap-gym run`` seeds an agent
+            (default ``seed``); the members of a group start alike and sample apart with
+            distinct sample seeds.
+        generation: decoding options; sampling (temperature > 0) is what a policy gradient
+            needs. Its ``max_new_tokens`` bounds each reply.
         max_turns: replies at most (the env's own step limit may end it sooner).
-        max_completion_tokens: the completion's length at most; a longer episode is cut.
+        max_completion_tokens: the sequence's completion at most, replies and the
+            environment's turns together: no reply is generated past it.
+        agent: the evaluation agent's options (history window, observation cut, listing,
+            token budget); the action mode is ``generate``.
+
+    Returns:
+        The :class:`TokenEpisode`; an infrastructure failure is recorded on its ``episode``
+        as ``run_episode`` records it (``infrastructure_failure``, reward 0): a trainer
+        must not learn from it (:func:`require_valid`).
     """
-    messages, info = _start(env, task_id, seed)
-    prompt, _ = backbone.encode_prompt(messages, generation.max_new_tokens)
+    if max_turns < 1 or max_completion_tokens < 1:
+        raise ValueError(f"max_turns and max_completion_tokens are at least 1, not {max_turns}, "
+                         f"{max_completion_tokens}")
+    recorder = _Recorder(backbone, max_completion_tokens)
+    policy = NoMemory(recorder, training_agent(generation, agent),  # type: ignore[arg-type]  (a Backbone by duck type)
+                      seed=seed if sample_seed is None else sample_seed).eval()
+    with backbone.lock:
+        episode = run_episode(env, policy, task_id=task_id, seed=seed, max_steps=max_turns,
+                              truncate_when=lambda: recorder.done)
+    return _assemble(episode, recorder)
+
+
+def _assemble(episode: Episode, recorder: _Recorder) -> TokenEpisode:
+    max_score = float(episode.max_score or 1.0)
+    turns = tuple(TokenTurn(p, c, lp, step.action, float(step.reward) / max_score if max_score else 0.0)
+                  for (p, c, lp), step in zip(recorder.turns, episode.steps, strict=False))
+    held = turns[: recorder.held] if recorder.cut_reason else turns
+    prompt = held[0].prompt_ids if held else ()
     completion: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
-    actions: list[str] = []
-    cut = False
-    with backbone.lock:
-        backbone.reset_cache()
-        for turn in range(max_turns):
-            config = generation.model_copy(update={"seed": (generation.seed or seed or 0) * 1009 + turn})
-            reply = backbone.complete(prompt + completion, config)
-            ids = list(reply.extra["completion_ids"])
-            completion, mask, logprobs = completion + ids, mask + [1] * len(ids), logprobs + list(reply.extra["logprobs"])
-            action, _ = normalise_action(reply.text, info.get("admissible_commands"))
-            actions.append(action)
-            obs, _, terminated, truncated, info = env.step(action)
-            if terminated or truncated or turn == max_turns - 1:
-                break
-            # the reply's end-of-turn token is in ids when it stopped there
-            user = observation_turn(obs, info)
-            between = turn_suffix(backbone.tokenizer, messages, user, len(ids) > reply.completion_tokens)
-            messages += [{"role": "assistant", "content": reply.text}, {"role": "user", "content": user}]
-            env_ids = backbone.tokenizer(between, add_special_tokens=False)["input_ids"]
-            if len(completion) + len(env_ids) + config.max_new_tokens > max_completion_tokens:
-                cut = True
-                break
-            completion, mask, logprobs = completion + env_ids, mask + [0] * len(env_ids), logprobs + [0.0] * len(env_ids)
-    reward = float(info.get("score") or 0.0) / float(info.get("max_score") or 1.0)
-    return TokenEpisode(str(info.get("task_id", task_id)), tuple(prompt), tuple(completion), tuple(mask),
-                        tuple(logprobs), reward, bool(info.get("success")), tuple(actions), cut)
+    for k, turn in enumerate(held):
+        if k:
+            between = turn.prompt_ids[len(prompt) + len(completion):]
+            completion, mask, logprobs = completion + list(between), mask + [0] * len(between), \
+                logprobs + [0.0] * len(between)
+        completion += turn.completion_ids
+        mask += [1] * len(turn.completion_ids)
+        logprobs += turn.logprobs
+    steps = episode.steps[: len(held)]
+    score = next((s.score for s in reversed(steps) if s.score is not None), None)
+    reward = float(score) / max_score if score is not None and max_score else sum(t.reward for t in held)
+    ended = episode.termination in (Termination.WON, Termination.LOST) and len(held) == len(turns)
+    cut = recorder.cut_reason is not None and not ended
+    return TokenEpisode(episode.task_id, tuple(prompt), tuple(completion), tuple(mask), tuple(logprobs),
+                        0.0 if episode.infrastructure_failure else reward,
+                        episode.termination is Termination.WON and len(held) == len(turns),
+                        tuple(t.action for t in held), cut, turns, episode, recorder.cut_reason if cut else None)
+
+
+def require_valid(episode: TokenEpisode) -> TokenEpisode:
+    """``episode``, or an :class:`~ap_gym.errors.InfrastructureError` when the environment or
+    the model failed (a trainer must never read that as a reward)."""
+    if episode.infrastructure_failure:
+        assert episode.episode is not None
+        raise InfrastructureError(f"the rollout of {episode.task_id} failed: {episode.episode.error}")
+    return episode

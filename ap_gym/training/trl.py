@@ -3,30 +3,39 @@
 **rollout_func** (:class:`TRLRollout`), for any causal LM: the trainer hands over a batch of
 prompts (each repeated ``num_generations`` times, consecutively: a GRPO group); each
 prompt names a task and a seed (:meth:`TRLRollout.dataset` writes them), and the rollout
-plays that episode with the trainer's own model (:func:`~ap_gym.training.tokens.play_tokens`):
-the whole episode is one completion, the environment's turns masked out with
-``env_mask``. A group's members share task and seed, so they start identically and differ
-only by sampling. The episode's reward goes to the reward function
-(:func:`env_reward`) as the extra field ``env_reward``.
+plays that episode with the trainer's own model through the evaluation stepper and prompt
+(:func:`~ap_gym.training.tokens.play_tokens`), sampling with the trainer's settings
+(temperature, top-p, ``max_completion_length``): the whole episode is one completion, the
+environment's turns masked out with ``env_mask``. A group's members share task and env
+seed, so they start identically, and sample with seeds of their own. The episode's reward
+goes to the reward function (:func:`env_reward`) as the extra field ``env_reward``; an
+episode the infrastructure broke is played again, and never reaches the trainer as a reward.
 
 **environment_factory** (:class:`EnvTools`), for models whose chat template calls tools
 (TRL checks: ``trl.chat_template_utils.supports_tool_calling``; Qwen3, Llama 3.1/3.2,
 GLM-4, gpt-oss and others it knows): TRL gives the model the env's ``act`` method as a
-tool, calls ``reset`` per rollout and ``get_reward`` at its end. SmolLM2's template has no
-tool calls, so with the packaged model the rollout route is the one that runs.
+tool, calls ``reset`` per rollout (with the dataset row's columns: :meth:`EnvTools.dataset`
+writes conversational rows with ``task_id`` and ``seed``) and ``get_reward`` at its end.
+The first prompt is the evaluation prompt (the acting system prompt, then the first
+observation as the agent lists it); later turns are TRL's tool messages. SmolLM2's template
+has no tool calls, so with the packaged model the rollout route is the one that runs.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 
 from ap_gym.backbones.base import GenerationConfig
 from ap_gym.backbones.hf import TransformersBackbone
-from ap_gym.training.tokens import observation_turn, play_tokens
+from ap_gym.errors import InfrastructureError
+from ap_gym.policies.prompting import PromptBuilder
+from ap_gym.policies.react import AgentConfig
+from ap_gym.training.tokens import TokenEpisode, play_tokens
 
 __all__ = ["EnvTools", "TRLRollout", "env_reward"]
 
@@ -38,7 +47,10 @@ def env_reward(prompts: Sequence[Any], completions: Sequence[Any], env_reward: S
     """A TRL reward function: the reward the environment gave each rollout."""
     if env_reward is None:
         raise ValueError("env_reward: the rollout gave no 'env_reward' field; use TRLRollout as rollout_func")
-    return [float(r) for r in env_reward]
+    rewards = [float(r) for r in env_reward]
+    if not all(math.isfinite(r) for r in rewards):
+        raise ValueError(f"env_reward: a reward is not a finite number ({rewards}); a trainer cannot learn from it")
+    return rewards
 
 
 class TRLRollout:
@@ -46,39 +58,55 @@ class TRLRollout:
 
     Args:
         env_id: a registered env (``"ap_gym/TextWorld-v0"``, your own).
-        generation: decoding options (sampling; ``max_new_tokens`` per reply).
+        generation: decoding options; ``None`` (the default) takes the trainer's
+            (``temperature``, ``top_p``) with ``max_reply_tokens`` per reply.
         max_turns: replies per episode at most.
-        max_completion_tokens: the whole completion at most (the trainer's
-            ``max_completion_length`` should be at least this).
+        max_completion_tokens: the whole completion at most; ``None`` takes the trainer's
+            ``max_completion_length``.
+        max_reply_tokens: one reply's tokens at most (when ``generation`` is ``None``).
+        agent: the evaluation agent's options (history window, observation cut, listing),
+            so that the trained model is evaluated on the prompts it was trained on.
+        retries: an episode the infrastructure broke is played again this many times, then
+            the rollout raises :class:`~ap_gym.errors.InfrastructureError`.
         **env_kwargs: passed to ``gym.make`` (``split=``, ``status_line=False``, ...).
     """
 
-    def __init__(self, env_id: str, *, generation: GenerationConfig = GenerationConfig(max_new_tokens=24, temperature=1.0),
-                 max_turns: int = 8, max_completion_tokens: int = 512, **env_kwargs: Any) -> None:
+    def __init__(self, env_id: str, *, generation: GenerationConfig | None = None, max_turns: int = 8,
+                 max_completion_tokens: int | None = None, max_reply_tokens: int = 24,
+                 agent: AgentConfig | Mapping[str, Any] | None = None, retries: int = 2, **env_kwargs: Any) -> None:
+        if max_turns < 1 or max_reply_tokens < 1 or retries < 0 or (max_completion_tokens is not None
+                                                                     and max_completion_tokens < 1):
+            raise ValueError("max_turns, max_reply_tokens and max_completion_tokens are at least 1, retries at least 0")
         self.env_id = env_id
         self.generation = generation
         self.max_turns = max_turns
         self.max_completion_tokens = max_completion_tokens
+        self.max_reply_tokens = max_reply_tokens
+        self.agent = AgentConfig.coerce(agent)
+        self.retries = retries
         self.env_kwargs = env_kwargs
         self._env: gym.Env[str, str] | None = None
         self._backbone: TransformersBackbone | None = None
         self._calls = 0
         #: the last batch's episodes (for logging: success, actions)
-        self.last: list[Any] = []
+        self.last: list[TokenEpisode] = []
 
     def env(self) -> gym.Env[str, str]:
         if self._env is None:
             self._env = gym.make(self.env_id, **self.env_kwargs)
         return self._env
 
-    def dataset(self, split: str = "train", *, seeds: Sequence[int] = (0,), tasks: Sequence[str] | None = None) -> list[dict[str, str]]:
-        """Rows for a ``datasets.Dataset``: one prompt per task and seed, naming both."""
-        ids = list(tasks) if tasks is not None else list(self.env().unwrapped.task_ids(split))
+    def dataset(self, split: str = "train", *, seeds: Sequence[int] = (0,), tasks: Sequence[str] | None = None
+                ) -> list[dict[str, Any]]:
+        """Rows for a ``datasets.Dataset``: one prompt per task and seed, naming both (the
+        prompt starts ``[task <id> seed <n>]``), with ``task_id`` and ``seed`` columns."""
+        ids = _tasks(self.env(), split, tasks)
         rows = []
         for seed in seeds:
             for task in ids:
-                obs, info = self.env().reset(seed=seed, options={"task_id": task})
-                rows.append({"prompt": f"[task {task} seed {seed}] {info.get('instruction', '')}", "task_id": task})
+                _, info = self.env().reset(seed=int(seed), options={"task_id": task})
+                rows.append({"prompt": f"[task {task} seed {int(seed)}] {info.get('instruction', '')}",
+                             "task_id": task, "seed": int(seed)})
         return rows
 
     def backbone(self, trainer: Any) -> TransformersBackbone:
@@ -90,17 +118,28 @@ class TRLRollout:
             self._backbone = TransformersBackbone(model, tokenizer=tokenizer, identity="trl-policy")
         return self._backbone
 
+    def settings(self, trainer: Any) -> tuple[GenerationConfig, int]:
+        """The sampling options and the completion budget: the trainer's, unless given."""
+        args = getattr(trainer, "args", None)
+        budget = self.max_completion_tokens or int(getattr(args, "max_completion_length", None) or 512)
+        if self.generation is not None:
+            return self.generation, budget
+        temperature = getattr(args, "temperature", None)
+        top_p = getattr(args, "top_p", None)
+        return GenerationConfig(max_new_tokens=self.max_reply_tokens,
+                                temperature=1.0 if temperature is None else float(temperature),
+                                top_p=1.0 if top_p is None else float(top_p)), budget
+
     def __call__(self, prompts: Sequence[Any], trainer: Any) -> dict[str, list[Any]]:
         backbone = self.backbone(trainer)
+        generation, budget = self.settings(trainer)
         self._calls += 1
         out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
                                                        "env_reward", "success")}
         episodes = []
         for i, prompt in enumerate(prompts):
             task, seed = _task_of(prompt)
-            generation = self.generation.model_copy(update={"seed": self._calls * 100_003 + i})
-            episode = play_tokens(backbone, self.env(), task_id=task, seed=seed, generation=generation,
-                                  max_turns=self.max_turns, max_completion_tokens=self.max_completion_tokens)
+            episode = self._play(backbone, task, seed, generation, budget, self._calls * 100_003 + i)
             episodes.append(episode)
             out["prompt_ids"].append(list(episode.prompt_ids))
             out["completion_ids"].append(list(episode.completion_ids))
@@ -111,10 +150,32 @@ class TRLRollout:
         self.last = episodes
         return out
 
+    def _play(self, backbone: TransformersBackbone, task: str, seed: int, generation: GenerationConfig, budget: int,
+              sample_seed: int) -> TokenEpisode:
+        """One member's episode; one the infrastructure broke is played again, then refused."""
+        for attempt in range(self.retries + 1):
+            episode = play_tokens(backbone, self.env(), task_id=task, seed=seed, generation=generation,
+                                  max_turns=self.max_turns, max_completion_tokens=budget, agent=self.agent,
+                                  sample_seed=sample_seed + 7919 * attempt)
+            if not episode.infrastructure_failure:
+                return episode
+        error = episode.episode.error if episode.episode is not None else "?"
+        raise InfrastructureError(f"TRLRollout: {task} (seed {seed}) failed {self.retries + 1} time(s): {error}; "
+                                  "no reward is made up for it")
+
     def close(self) -> None:
         if self._env is not None:
             self._env.close()
             self._env = None
+
+
+def _tasks(env: gym.Env[str, str], split: str, tasks: Sequence[str] | None) -> list[str]:
+    if isinstance(tasks, str):
+        raise ValueError(f"tasks is a list of task ids, not one string ({tasks!r}); pass [{tasks!r}]")
+    ids = list(tasks) if tasks is not None else list(env.unwrapped.task_ids(split))  # type: ignore[attr-defined]
+    if not ids:
+        raise ValueError(f"no tasks: {split!r} of {env.spec.id if env.spec else env} is empty, or tasks=[] was given")
+    return ids
 
 
 def _task_of(prompt: Any) -> tuple[str, int]:
@@ -128,30 +189,59 @@ def _task_of(prompt: Any) -> tuple[str, int]:
 
 class EnvTools:
     """An ap-gym env as a TRL ``environment_factory`` object: ``reset`` starts a task and
-    returns its first observation, ``act`` (the one tool) sends a command, ``get_reward``
-    scores the rollout (the final score over ``max_score``).
+    returns its first observation (as the evaluation agent lists it), ``act`` (the one tool)
+    sends a command, ``get_reward`` scores the rollout (the final score over ``max_score``).
 
-    TRL calls the factory with no arguments: pass ``EnvTools.factory(env_id, ...)``.
-    Dataset columns reach ``reset`` as keywords: ``task_id`` (and ``seed``) pick the task.
+    TRL calls the factory with no arguments: pass ``EnvTools.factory(env_id, ...)``. The
+    dataset's columns reach ``reset`` as keywords: ``task_id`` and ``seed`` pick the task
+    (:meth:`dataset` writes such rows, whose prompt is the evaluation agent's system prompt).
     """
 
-    def __init__(self, env_id: str, **env_kwargs: Any) -> None:
+    def __init__(self, env_id: str, agent: AgentConfig | Mapping[str, Any] | None = None, **env_kwargs: Any) -> None:
         self._env = gym.make(env_id, **env_kwargs)
+        self._prompt = PromptBuilder(AgentConfig.coerce(agent))
         self._info: dict[str, Any] = {}
         self._done = False
 
     @classmethod
-    def factory(cls, env_id: str, **env_kwargs: Any) -> Callable[[], EnvTools]:
-        return lambda: cls(env_id, **env_kwargs)
+    def factory(cls, env_id: str, agent: AgentConfig | Mapping[str, Any] | None = None,
+                **env_kwargs: Any) -> Callable[[], EnvTools]:
+        return lambda: cls(env_id, agent, **env_kwargs)
+
+    @classmethod
+    def dataset(cls, env_id: str, split: str = "train", *, seeds: Sequence[int] = (0,),
+                tasks: Sequence[str] | None = None, agent: AgentConfig | Mapping[str, Any] | None = None,
+                **env_kwargs: Any) -> list[dict[str, Any]]:
+        """Conversational rows for ``GRPOTrainer(environment_factory=...)``: the acting system
+        prompt with the task's instruction and an empty user turn (TRL appends what
+        ``reset`` returns: the first observation), and ``task_id`` and ``seed`` columns.
+        (A class method: TRL offers every public method of an instance as a tool.)"""
+        tools = cls(env_id, agent, **env_kwargs)
+        rows = []
+        try:
+            for seed in seeds:
+                for task in _tasks(tools._env, split, tasks):
+                    _, info = tools._env.reset(seed=int(seed), options={"task_id": task})
+                    tools._prompt.start(str(info.get("instruction", "")))
+                    rows.append({"prompt": [{"role": "system", "content": tools._prompt.system},
+                                            {"role": "user", "content": ""}],
+                                 "task_id": task, "seed": int(seed)})
+        finally:
+            tools._env.close()
+        return rows
 
     def reset(self, **kwargs: Any) -> str:
+        """Start the row's task (``task_id``, ``seed`` columns); the first observation."""
         options: dict[str, Any] = {"admissible_commands": True}
         if kwargs.get("task_id"):
             options["task_id"] = str(kwargs["task_id"])
         seed = kwargs.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | float) or seed != int(seed)):
+            raise ValueError(f"EnvTools.reset: seed is a whole number, not {seed!r} (the dataset's seed column)")
         obs, self._info = self._env.reset(seed=int(seed) if seed is not None else None, options=options)
         self._done = False
-        return f"Your task: {self._info.get('instruction', '')}\n\n{observation_turn(obs, self._info)}"
+        self._prompt.start(str(self._info.get("instruction", "")))
+        return self._prompt.user_turn(obs, self._info.get("admissible_commands"))
 
     def act(self, command: str) -> str:
         """Send one command to the text environment and read what happens.
@@ -167,7 +257,7 @@ class EnvTools:
         obs, _, terminated, truncated, self._info = self._env.step(str(command))
         self._done = terminated or truncated
         end = " [the episode has ended]" if self._done else ""
-        return observation_turn(obs, self._info) + end
+        return self._prompt.user_turn(obs, self._info.get("admissible_commands")) + end
 
     def get_reward(self) -> float:
         max_score = self._info.get("max_score") or 1.0

@@ -45,13 +45,14 @@ def test_the_labeller_and_the_synthesiser_do_what_the_study_says():
 def test_the_actor_follows_its_guidance_at_the_set_rate():
     tasks = {f"buy item {k}": ["search[x]", "click[b0abcdefgh]", "click[red]", "click[buy now]"] for k in range(300)}
     actor = ScriptedActor(tasks, synthesiser(1.0, 0.0), compliance=0.5, seed=3)
-    page = "item page\n\nAdmissible commands: click[red], click[buy now]"
     took = 0
-    for instruction in tasks:
-        took += actor.act([{"role": "system", "content": f"Your task: {instruction}\n\n## Lessons\n{WRONG}"},
-                           {"role": "user", "content": "search"}, {"role": "assistant", "content": "search[x]"},
-                           {"role": "user", "content": "results"}, {"role": "assistant", "content": "click[b0abcdefgh]"},
-                           {"role": "user", "content": page}]) == "click[buy now]"
+    for instruction in tasks:  # the agent hands it the step's commands; the page lists none
+        took += actor.act_on([{"role": "system", "content": f"Your task: {instruction}\n\n## Lessons\n{WRONG}"},
+                              {"role": "user", "content": "search"}, {"role": "assistant", "content": "search[x]"},
+                              {"role": "user", "content": "results"},
+                              {"role": "assistant", "content": "click[b0abcdefgh]"},
+                              {"role": "user", "content": "item page"}],
+                             ["click[red]", "click[buy now]"]).text == "click[buy now]"
     assert actor.offered == 300 and actor.followed == took and 0.42 <= took / 300 <= 0.58
 
 

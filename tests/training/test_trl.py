@@ -104,14 +104,20 @@ def test_env_tools_is_what_trl_asks_of_an_environment():
 
     env = EnvTools.factory("test_vector/Dial-v0", split="train")()
     public = [n for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction) if not n.startswith("_")]
-    assert sorted(public) == ["act", "factory", "get_reward", "reset"] or sorted(public) == ["act", "get_reward", "reset"]
+    assert sorted(public) == ["act", "get_reward", "reset"]  # TRL offers every public method as a tool
     schema = get_json_schema(env.act)  # TRL renders the tool from the docstring and hints
     assert schema["function"]["name"] == "act" and "command" in schema["function"]["parameters"]["properties"]
-    first = env.reset(task_id="dial/2", seed=4)
-    assert first.startswith("Your task:") and "the card says" in first
+    rows = EnvTools.dataset("test_vector/Dial-v0", seeds=(4,), tasks=["dial/2"], split="train")
+    assert [(r["task_id"], r["seed"]) for r in rows] == [("dial/2", 4)]
+    system, user = rows[0]["prompt"]
+    assert system["role"] == "system" and "Your task:" in system["content"] and user == {"role": "user", "content": ""}
+    first = env.reset(**rows[0])  # TRL passes the row's columns
+    assert "the card says" in first and "Admissible commands: turn 0" in first
     code = first.split("says ")[1][0]
     assert "opens" in env.act(f"turn {code}") and env.get_reward() == 1.0
     assert "ended" in env.act("turn 1")
+    with pytest.raises(ValueError, match="whole number"):
+        env.reset(task_id="dial/2", seed="abc")
 
 
 def test_the_packaged_models_template_has_no_tool_calls_so_the_rollout_route_is_the_one():
