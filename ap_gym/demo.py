@@ -53,7 +53,7 @@ def run_demo(tasks_per_benchmark: int = 3, out: str | Path = "results/demo", bac
     model = make_backbone(backbone)
     if isinstance(model, ServedBackbone):  # a server that cannot score candidates: say so now
         model.check(scoring=action_mode == "choose")
-    agent = NoMemory(model, AgentConfig(action_mode=action_mode)).eval()  # type: ignore[arg-type]
+    agent = NoMemory(model, AgentConfig(action_mode=action_mode)).eval()
     for bench in benchmarks:
         env = gym.make(resolve_benchmark(bench), split="test", max_episode_steps=max_steps)
         try:

@@ -121,8 +121,9 @@ def _finish(
 def _failed_start(env: gym.Env, task_id: str | None, seed: int | None, e: Exception, training: bool) -> Episode:
     family = "?"
     if task_id is not None:
+        task_family = getattr(env.unwrapped, "task_family", None)  # a TextEnv's, when the env has one
         with contextlib.suppress(Exception):
-            family = env.unwrapped.task_family(task_id)  # type: ignore[attr-defined]
+            family = str(task_family(task_id)) if callable(task_family) else family
     return Episode(
         task_id=task_id or "?", task_family=family, instruction="", initial_observation="",
         steps=(), success=False, score=None, max_score=None, termination=Termination.INFRA,
@@ -133,9 +134,9 @@ def _failed_start(env: gym.Env, task_id: str | None, seed: int | None, e: Except
 def run_episodes(
     envs: Sequence[gym.Env[str, str]],
     policies: Sequence[Policy],
-    task_ids: Sequence[str],
+    task_ids: Sequence[Any],
     *,
-    runner: Callable[[gym.Env[str, str], Policy, str], Any] | None = None,
+    runner: Callable[[gym.Env[str, str], Policy, Any], Any] | None = None,
     on_lane_done: Callable[[int], None] | None = None,
 ) -> list[Any]:
     """Play ``task_ids`` on several (env, policy) lanes at once, one thread per lane.
@@ -147,7 +148,7 @@ def run_episodes(
 
     Args:
         envs, policies: one per lane, same length; a lane never shares either.
-        task_ids: the tasks to play.
+        task_ids: the tasks to play (task ids, or whatever ``runner`` takes).
         runner: ``runner(env, policy, task_id)`` plays one task (default:
             :func:`run_episode` with that task id).
         on_lane_done: called with the lane's index when it has no task left.

@@ -116,75 +116,96 @@ def abba(a: Side, b: Side, repeat: int) -> None:
             side.play()
 
 
-def _choice_methods(vllm: str, args: Any, tw_tasks: list[str]) -> list[dict[str, Any]]:
-    """``choose`` against vLLM by prompt-logprob scoring and by a constrained generation,
-    and ``react``, on the same tasks of TextWorld and ScienceWorld.
+def _states(bench: str, tasks: int, steps: int, local: Any) -> list[tuple[list[dict[str, str]], list[str], int]]:
+    """Real states of ``bench`` (messages, admissible commands, the in-process argmax) along
+    the in-process argmax's path: the steps every method is timed on."""
+    import gymnasium as gym
 
-    TextWorld: ABBA for the two choose methods after a warm-up of each. ScienceWorld: a
-    scored step sends every admissible command (~300-400) as its own prompt, minutes per
-    step on this CPU, so scoring plays ``--sw-scored-steps`` steps once, bracketed by
-    constrained choice over the same steps (C S C, after a constrained warm-up); constrained
-    choice is then also timed over ``--sw-steps``. ``react`` once after its warm-up.
-    """
-    probe = make_env(RunConfig(max_steps=args.sw_steps, benchmarks=["scienceworld"]), "scienceworld")
-    sw_tasks = heldout_subset(probe.unwrapped.task_ids("test"), args.sw_tasks)
-    probe.close()
+    from ap_gym.policies.prompting import PromptBuilder
+    from ap_gym.policies.react import AgentConfig
+
+    env = gym.make(f"ap_gym/{ {'textworld': 'TextWorld', 'scienceworld': 'ScienceWorld'}[bench] }-v0", split="test")
     out = []
-    for bench, tasks, steps in (("textworld", tw_tasks, args.max_steps), ("scienceworld", sw_tasks, args.sw_steps)):
-        short = steps if bench == "textworld" else min(steps, args.sw_scored_steps)
-        scored = Side(f"{bench}: choose, scored (prompt_logprobs)", vllm, "choose", 1, tasks, short, bench, "score",
-                      args.deadline)
-        constrained = Side(f"{bench}: choose, constrained (structured choice)", vllm, "choose", 1, tasks, short,
-                           bench, "constrained", args.deadline)
-        if bench == "textworld":
-            abba(scored, constrained, args.repeat)
-            longer = constrained
-        else:
-            constrained.play(timed=False)
-            for side in (constrained, scored, constrained):
-                side.play()
-            longer = Side(f"{bench}: choose, constrained, {steps} steps", vllm, "choose", 1, tasks, steps, bench,
-                          "constrained", args.deadline)
-            for _ in range(max(2, 2 * args.repeat)):
-                longer.play()
-        react = Side(f"{bench}: react", vllm, "react", 1, tasks, steps, bench)
-        react.play(timed=False)
-        react.play()
-        out.append({"bench": bench, "scored": scored, "constrained": constrained, "longer": longer, "react": react})
+    try:
+        for task in heldout_subset(env.unwrapped.task_ids("test"), tasks):
+            obs, info = env.reset(seed=0, options={"task_id": task, "admissible_commands": True})
+            prompt = PromptBuilder(AgentConfig())
+            prompt.start(info["instruction"])
+            for _ in range(steps):
+                commands = list(info["admissible_commands"])
+                messages = prompt.messages(obs, commands)
+                values = local.score(messages, commands).values
+                best = max(range(len(commands)), key=lambda i: values[i])
+                out.append((messages, commands, best))
+                prompt.record(obs, commands[best])
+                obs, _, terminated, truncated, info = env.step(commands[best])
+                if terminated or truncated:
+                    break
+    finally:
+        env.close()
+    return out
+
+
+def _step_methods(vllm: str, args: Any) -> list[dict[str, Any]]:
+    """Per real state: the exact search and constrained decoding, in alternating order (A B
+    on even states, B A on odd ones, so each pays the prompt's first prefill half the time),
+    and prompt-logprob scoring where it fits the run (``--scored-states``); each pick against
+    the in-process argmax of the same weights."""
+    from ap_gym.backbones import OpenAIBackbone, TransformersBackbone
+
+    local = TransformersBackbone()
+    client = OpenAIBackbone(vllm, deadline_s=args.deadline)
+    assert client.supports_search() and client.supports_choice(), "the server offers no search or no choice"
+    out = []
+    for bench, tasks, steps in (("textworld", args.tw_tasks, args.tw_steps), ("scienceworld", args.sw_tasks,
+                                                                                args.sw_steps)):
+        states = _states(bench, tasks, steps, local)
+        client.best(*states[0][:2])  # warm-up: the server, the tokenizer's cache
+        client.choose(*states[0][:2])
+        times: dict[str, list[float]] = {"search": [], "constrained": [], "scored": []}
+        agree = {"search": 0, "constrained": 0, "scored": 0}
+        for n, (messages, commands, best) in enumerate(states):
+            sides = [("search", lambda m=messages, c=commands: client.best(m, c).index),
+                     ("constrained", lambda m=messages, c=commands: c.index(client.choose(m, c).text))]
+            for name, call in sides if n % 2 == 0 else sides[::-1]:
+                t = time.perf_counter()
+                picked = call()
+                times[name].append(time.perf_counter() - t)
+                agree[name] += picked == best
+            if n < (args.scored_states if bench == "textworld" else args.sw_scored_states):
+                t = time.perf_counter()
+                values = client.score(messages, commands).values
+                times["scored"].append(time.perf_counter() - t)
+                agree["scored"] += max(range(len(commands)), key=lambda i: values[i]) == best
+            print(f"  {bench} state {n + 1}/{len(states)} ({len(commands)} commands): search "
+                  f"{times['search'][-1]:.2f} s, constrained {times['constrained'][-1]:.2f} s", flush=True)
+        out.append({"bench": bench, "states": len(states), "commands": [len(c) for _, c, _ in states],
+                    "times": times, "agree": agree})
     return out
 
 
 def _method_lines(methods: list[dict[str, Any]], figures: dict[str, Any], args_deadline: float) -> list[str]:
     lines = ["### How `choose` chooses against vLLM", "",
-             "The no-memory agent on held-out tasks against vLLM (SmolLM2): `choose` scoring every admissible "
-             "command (`/tokenize` + `prompt_logprobs`: a full prefill per candidate, vLLM's prefix cache off) "
-             "against one generation constrained to the commands (`structured_outputs: {choice}`, over the prefix "
-             "cache). TextWorld: ABBA after a warm-up of each. ScienceWorld: scoring a step takes minutes here, so "
-             "it plays the first step(s) once, between two constrained passes over the same steps (C S C after a "
-             "constrained warm-up); constrained choice is also timed over the longer episodes ('constrained, all "
-             "steps'). `react` once after its warm-up, over the longer episodes. Seconds per step include the "
-             "episode's reset. Median (min-max) s/step; one call may take "
-             f"{args_deadline:.0f} s (the default 120 s is too short for scoring a ScienceWorld step here).", "",
-             "| benchmark | tasks | steps (scored/constrained) | scored | constrained | scored / constrained | "
-             "constrained, all steps | react | same actions |", "|---|---|---|---|---|---|---|---|---|"]
+             "Real held-out states (the no-memory agent's prompt, every admissible command), taken along the "
+             "in-process argmax's path; on each, against vLLM (SmolLM2, the same weights in fp32): the exact search "
+             "(a best-first branch-and-bound over the commands' token trie, `logprob_token_ids` over the prefix "
+             "cache), greedy decoding under a choice grammar (`structured_outputs: {choice}`, `choose_method: "
+             "constrained`), and scoring every command (`prompt_logprobs`: a full prefill per command). Search and "
+             "constrained alternate which goes first from state to state (each pays a new prompt's prefill half "
+             "the time), after one warm-up call each. 'agrees' counts the picks equal to the in-process argmax of "
+             "summed log-likelihood (the paper's rule). Seconds per step: median (min-max) over the states.", "",
+             "| benchmark | states | commands (median) | exact search s/step | agrees | constrained s/step | agrees | "
+             "scoring s/step | agrees |", "|---|---|---|---|---|---|---|---|---|"]
     for m in methods:
-        scored, constrained, longer, react = m["scored"], m["constrained"], m["longer"], m["react"]
-        pairs = list(zip(scored.per_step, constrained.per_step, strict=False))
-        if len(scored.per_step) == 1:  # C S C: the scored pass against the mean of the two around it
-            pairs = [(scored.per_step[0], statistics.mean(constrained.per_step))]
-        ratio = [a / b for a, b in pairs]
-        same = sum(a == b for (_, x), (_, y) in zip(scored.episodes, constrained.episodes, strict=True)
-                   for a, b in zip(x, y, strict=False))
-        total = sum(min(len(x), len(y)) for (_, x), (_, y) in zip(scored.episodes, constrained.episodes, strict=True))
-        lines.append(f"| {m['bench']} | {len(scored.tasks)} | {scored.steps}/{constrained.steps} | "
-                     f"{spread(scored.per_step)} | {spread(constrained.per_step)} | {spread(ratio, '{:.1f}')}x | "
-                     f"{spread(longer.per_step)} ({longer.steps} steps) | {spread(react.per_step)} | {same}/{total} |")
-        figures[f"{m['bench']}_choose"] = {"scored": scored.per_step, "constrained": constrained.per_step,
-                                           "constrained_all_steps": longer.per_step, "react": react.per_step,
-                                           "same_actions": [same, total]}
-    return lines + ["", "Constrained choice is greedy decoding under the constraint: it can pick another command "
-                    "than the best-scored one (the paper's rule); 'same actions' counts the steps where both chose "
-                    "alike until the episodes part. Target: constrained ScienceWorld `choose` <= 3 s/step.", ""]
+        t, a, n = m["times"], m["agree"], m["states"]
+        scored = f"{spread(t['scored'])} | {a['scored']}/{len(t['scored'])}" if t["scored"] else \
+            "not run (minutes a state here: 1268 s for one ScienceWorld step, 2026-12-03) | -"
+        lines.append(f"| {m['bench']} | {n} | {statistics.median(m['commands']):.0f} | **{spread(t['search'])}** | "
+                     f"{a['search']}/{n} | {spread(t['constrained'])} | {a['constrained']}/{n} | {scored} |")
+        figures[f"{m['bench']}_methods"] = m
+    return lines + ["", "Targets: exact search <= 3 s/step (median) on ScienceWorld and <= 1 s on TextWorld, agreeing "
+                    "on every state. Constrained decoding is another decision rule: `choose_method: auto` never "
+                    "picks it.", ""]
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -198,10 +219,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--lane-tasks", type=int, default=8, help="tasks for 1 lane against 4 (at least 4)")
     parser.add_argument("--only", choices=["choose", "lanes", "methods"], help="one comparison only")
-    parser.add_argument("--sw-tasks", type=int, default=1, help="ScienceWorld tasks for the choice methods")
-    parser.add_argument("--sw-steps", type=int, default=4, help="ScienceWorld steps for the choice methods")
-    parser.add_argument("--sw-scored-steps", type=int, default=1,
-                        help="ScienceWorld steps that scoring plays (minutes per step here)")
+    parser.add_argument("--tw-tasks", type=int, default=5, help="TextWorld tasks for the choice methods")
+    parser.add_argument("--tw-steps", type=int, default=5, help="TextWorld steps per task for the choice methods")
+    parser.add_argument("--sw-tasks", type=int, default=5, help="ScienceWorld tasks for the choice methods")
+    parser.add_argument("--sw-steps", type=int, default=5, help="ScienceWorld steps per task for the choice methods")
+    parser.add_argument("--scored-states", type=int, default=20, help="TextWorld states that scoring also plays")
+    parser.add_argument("--sw-scored-states", type=int, default=0,
+                        help="ScienceWorld states that scoring plays (about 20 minutes a state here)")
     parser.add_argument("--deadline", type=float, default=2400.0,
                         help="seconds one call may take in the choice methods (scoring ~400 ScienceWorld commands "
                              "through prompt_logprobs took over 13 min for one step here)")
@@ -222,7 +246,7 @@ def main() -> None:
     methods: list[dict[str, Any]] = []
     with VLLMServer(model, vllm_python(ROOT), log=Path(tempfile.mkdtemp()) / "vllm.log") as vllm:
         if args.only in (None, "methods"):
-            methods = _choice_methods(vllm, args, tasks)
+            methods = _step_methods(vllm, args)
         if args.only in (None, "choose"):
             serve = BackboneServer(TransformersBackbone(), port=0, model_name="smollm2").start()
             try:

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ap_gym.backbones.base import (
     Backbone,
     BatchScorer,
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 
-def make_backbone(spec: str | None = None, **kwargs: object) -> Backbone:
+def make_backbone(spec: str | None = None, **kwargs: Any) -> Backbone:
     """A backbone from a short spec, as used by configs and the CLI.
 
     ``None`` or ``"default"``: the packaged SmolLM2; ``"tiny"``: a tiny random Llama
@@ -47,11 +49,11 @@ def make_backbone(spec: str | None = None, **kwargs: object) -> Backbone:
     a model id, directory or GGUF file for :class:`TransformersBackbone`.
     """
     if spec in (None, "", "default"):
-        return TransformersBackbone(**kwargs)  # type: ignore[arg-type]
+        return TransformersBackbone(**kwargs)
     if spec == "tiny" or spec.startswith("tiny:seed="):
         seed = int(spec.partition("=")[2] or 0) if spec != "tiny" else 0
         model, tokenizer = tiny_llama(seed)
-        return TransformersBackbone(model, tokenizer=tokenizer, identity=f"tiny-llama(seed={seed})", **kwargs)  # type: ignore[arg-type]
+        return TransformersBackbone(model, tokenizer=tokenizer, identity=f"tiny-llama(seed={seed})", **kwargs)
     if spec.startswith(("http://", "https://")):
-        return OpenAIBackbone(spec, **kwargs)  # type: ignore[arg-type]
-    return TransformersBackbone(spec, **kwargs)  # type: ignore[arg-type]
+        return OpenAIBackbone(spec, **kwargs)
+    return TransformersBackbone(spec, **kwargs)

@@ -22,7 +22,8 @@ from pydantic import Field
 from ap_gym.options import Options
 from ap_gym.seeding import derived_seed
 
-__all__ = ["Backbone", "BatchScorer", "Choice", "CommandActor", "Completion", "ConstrainedChooser", "EpisodeCache",
+__all__ = ["Backbone", "BatchScorer", "Best", "Choice", "CommandActor", "Completion", "ConstrainedChooser",
+           "EpisodeCache", "ExactSearcher",
            "GenerationConfig", "Message", "Reduction", "Scores", "ServedBackbone"]
 
 #: A chat message: ``{"role": "system"|"user"|"assistant", "content": str}``.
@@ -152,13 +153,52 @@ class EpisodeCache(Protocol):
 
 @dataclass(frozen=True)
 class Choice:
-    """The command a constrained generation chose, its log-probability (the sum over its
-    tokens, when the server reports them) and what the call cost."""
+    """The command a constrained generation chose and what the call cost.
+
+    ``masked_logprob`` is the server's log-probability of the tokens it generated, taken
+    after the grammar's mask (renormalised over the allowed tokens): not the model's
+    log-likelihood of the command, and never stored as one."""
 
     text: str
-    logprob: float | None
+    masked_logprob: float | None
     prompt_tokens: int
     completion_tokens: int
+
+
+@dataclass(frozen=True)
+class Best:
+    """The exact argmax of the candidates' summed log-likelihood, found without scoring every
+    candidate (a search over their token trie).
+
+    Attributes:
+        index: the best candidate's position.
+        scored: ``(index, summed log-likelihood)`` of every candidate whose whole
+            log-likelihood the search computed, the best among them; true values only.
+        prompt_tokens: the prompt's tokens.
+        candidate_tokens: the candidate tokens whose log-probability was read.
+        requests: the requests (or forward passes) the search took.
+    """
+
+    index: int
+    scored: tuple[tuple[int, float], ...]
+    prompt_tokens: int = 0
+    candidate_tokens: int = 0
+    requests: int = 0
+
+    @property
+    def logprob(self) -> float:
+        return dict(self.scored)[self.index]
+
+
+@runtime_checkable
+class ExactSearcher(Protocol):
+    """A backbone that finds the exact argmax of the candidates' summed log-likelihood by a
+    search (a served model whose log-probabilities of named tokens come over its prefix
+    cache); ``supports_search`` probes once. The same decision as scoring every candidate."""
+
+    def supports_search(self) -> bool: ...
+
+    def best(self, messages: Sequence[Message], candidates: Sequence[str]) -> Best: ...
 
 
 @runtime_checkable

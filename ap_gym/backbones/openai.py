@@ -39,7 +39,16 @@ import httpx
 from pydantic import Field
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from ap_gym.backbones.base import Choice, Completion, GenerationConfig, Message, Reduction, Scores
+from ap_gym.backbones.base import (
+    Best,
+    Choice,
+    Completion,
+    GenerationConfig,
+    Message,
+    Reduction,
+    Scores,
+)
+from ap_gym.backbones.search import Expand, best_first
 from ap_gym.errors import BackboneError, PromptRejected
 from ap_gym.net import may_send_credentials
 from ap_gym.options import Options
@@ -52,6 +61,11 @@ _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 _PROMPT_FAULT = re.compile(r"context|too long|maximum.{0,40}(length|tokens)|prompt.{0,40}(length|tokens)|"
                            r"input.{0,20}tokens", re.I)
 SCORING_METHODS = ("prompt_logprobs", "echo")
+#: Special tokens that may join commands into one /tokenize request (the first the server
+#: tokenizes as one token, checked to leave the commands' tokens as they are alone).
+SEPARATORS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "</s>", "<end_of_turn>", "<|end|>")
+#: The most token ids vLLM reads the log-probabilities of in one request row.
+MAX_LOGPROB_TOKEN_IDS = 128
 
 
 class ServingOptions(Options):
@@ -67,6 +81,9 @@ class ServingOptions(Options):
             for; a longer one is cut to this.
         insecure_credentials: send the API key over plain HTTP to another machine (by
             default a key goes only to HTTPS or to loopback).
+        search_budget: the exact search's expansions per step at most (``choose``); past
+            it the step fails loudly (an infrastructure failure) rather than pick inexactly.
+        search_batch: prefixes the exact search expands per round trip.
     """
 
     deadline_s: float = Field(default=120.0, gt=0)
@@ -76,6 +93,8 @@ class ServingOptions(Options):
     check_deadline_s: float = Field(default=15.0, gt=0)
     max_retry_after_s: float = Field(default=60.0, ge=0)
     insecure_credentials: bool = False
+    search_budget: int = Field(default=4096, ge=1)
+    search_batch: int = Field(default=16, ge=1)
 
 
 def _serving_options(options: ServingOptions | None, overrides: dict[str, Any]) -> ServingOptions:
@@ -151,6 +170,10 @@ class OpenAIBackbone:
         self._slots = threading.BoundedSemaphore(self.options.concurrency)
         self._local = threading.local()
         self._candidate_ids: OrderedDict[str, list[int]] = OrderedDict()
+        self._token_lock = threading.Lock()
+        self._join: tuple[str, int] | bool | None = False  # False: not probed yet; None: no separator
+        self._probe_lock = threading.Lock()
+        self._search: bool | None = None  # None: not probed yet
         self._scoring: str | None | bool = False  # False: not probed yet
         self._choice: bool | None = None  # None: not probed yet
         self.model = model or self._first_model(self.options.check_deadline_s)
@@ -274,14 +297,58 @@ class OpenAIBackbone:
             raise BackboneError(f"{self._root}/tokenize answered without token ids: {str(data)[:200]}")
         return tokens
 
-    def _candidate(self, text: str) -> list[int]:
-        ids = self._candidate_ids.get(text)
-        if ids is None:  # admissible commands repeat from step to step: tokenize each once
-            ids = self._tokenize({"prompt": text, "add_special_tokens": False}) or [0]
-            self._candidate_ids[text] = ids
-            while len(self._candidate_ids) > 20_000:
-                self._candidate_ids.popitem(last=False)
-        return ids
+    def candidate_ids(self, candidates: Sequence[str]) -> list[list[int]]:
+        """Each command's token ids, tokenized once per text (a bounded cache): the commands
+        not seen before go to the server in one ``/tokenize`` request per step, joined by a
+        special token (text on either side of a special token is tokenized as if alone; the
+        join is checked once against single requests), never one request per command."""
+        with self._token_lock:
+            missing = [c for c in dict.fromkeys(candidates) if c not in self._candidate_ids]
+        if missing:
+            found = self._tokenize_many(missing)
+            with self._token_lock:
+                for text, ids in zip(missing, found, strict=True):
+                    self._candidate_ids[text] = ids or [0]
+                while len(self._candidate_ids) > 50_000:
+                    self._candidate_ids.popitem(last=False)
+        with self._token_lock:
+            return [list(self._candidate_ids[c]) for c in candidates]
+
+    def _tokenize_many(self, texts: list[str]) -> list[list[int]]:
+        separator = self._separator() if len(texts) > 1 else None
+        if separator is None or any(separator[0] in t for t in texts):
+            return [self._tokenize({"prompt": t, "add_special_tokens": False}) for t in texts]
+        text, sep_id = separator
+        ids = self._tokenize({"prompt": text.join(texts), "add_special_tokens": False})
+        parts: list[list[int]] = [[]]
+        for token in ids:
+            if token == sep_id:
+                parts.append([])
+            else:
+                parts[-1].append(token)
+        if len(parts) != len(texts):  # a command held the separator's tokens: ask one by one
+            return [self._tokenize({"prompt": t, "add_special_tokens": False}) for t in texts]
+        return parts
+
+    def _separator(self) -> tuple[str, int] | None:
+        """A special token whose text the server tokenizes as that one token, checked to join
+        commands without changing their tokens (probed once)."""
+        with self._probe_lock:
+            if self._join is False:
+                self._join = self._probe_separator()
+        return self._join if isinstance(self._join, tuple) else None
+
+    def _probe_separator(self) -> tuple[str, int] | None:
+        probe = ["look around", "open the door 2", "go to cabinet 1"]
+        alone = [self._tokenize({"prompt": t, "add_special_tokens": False}) for t in probe]
+        for text in SEPARATORS:
+            one = self._tokenize({"prompt": text, "add_special_tokens": False})
+            if len(one) != 1:
+                continue
+            joined = self._tokenize({"prompt": text.join(probe), "add_special_tokens": False})
+            if joined == [t for i, ids in enumerate(alone) for t in ([one[0]] if i else []) + ids]:
+                return text, one[0]
+        return None
 
     def _prompt_logprobs(self, prompts: list[list[int]], method: str, deadline_s: float | None = None,
                          retries: int | None = None) -> list[list[float | None]]:
@@ -311,7 +378,7 @@ class OpenAIBackbone:
         if method is None:
             raise BackboneError(self._no_scoring())
         prompt = self._tokenize({"messages": [dict(m) for m in messages], "add_generation_prompt": True})
-        cands = [self._candidate(c) for c in candidates]
+        cands = self.candidate_ids(candidates)
         logprobs = self._prompt_logprobs([prompt + c for c in cands], method)
         values = []
         for lp, c in zip(logprobs, cands, strict=True):
@@ -392,8 +459,10 @@ class OpenAIBackbone:
         return self._choice
 
     def choose(self, messages: Sequence[Message], candidates: Sequence[str]) -> Choice:
-        """The command a generation constrained to ``candidates`` writes (greedy), in one
-        request over the server's prefix cache, with its log-probability."""
+        """The command greedy decoding under a choice grammar writes, in one request over the
+        server's prefix cache. Another decision rule than the argmax of log-likelihoods (the
+        grammar accepts any tokenization of a command), and its log-probability is taken
+        after the mask: kept as ``masked_logprob``, never as a log-likelihood."""
         if not candidates:
             raise ValueError("choose needs at least one candidate")
         data = self._choice_request(messages, candidates)
@@ -402,16 +471,97 @@ class OpenAIBackbone:
             text = str(choice["message"]["content"] or "").strip()
             usage = data.get("usage") or {}
             content = (choice.get("logprobs") or {}).get("content") or []
-            logprob = float(sum(float(t["logprob"]) for t in content)) if content else None
+            masked = float(sum(float(t["logprob"]) for t in content)) if content else None
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise BackboneError(f"malformed constrained choice from {self.base_url}: {str(data)[:300]}") from e
         if text not in candidates:
             raise BackboneError(f"{self.base_url} answered {text[:80]!r}, not one of the {len(candidates)} choices "
                                 "it was constrained to; does it support structured outputs (choice)?")
-        if logprob is not None and not math.isfinite(logprob):
-            raise BackboneError(f"{self.base_url} returned a log-probability of {logprob} for its choice")
-        return Choice(text, logprob, int(usage.get("prompt_tokens", 0) or 0),
+        if masked is not None and not math.isfinite(masked):
+            raise BackboneError(f"{self.base_url} returned a log-probability of {masked} for its choice")
+        return Choice(text, masked, int(usage.get("prompt_tokens", 0) or 0),
                       int(usage.get("completion_tokens", 0) or 0))
+
+    # --------------------------------------------------------------- search
+    def _next_logprobs(self, rows: list[tuple[list[int], list[int]]], deadline_s: float | None = None,
+                       retries: int | None = None) -> list[list[float]]:
+        """For each ``(prompt ids, token ids)``, the raw log-probability of each token id as the
+        next token (``logprob_token_ids``, at most 128 ids a row), one request for all rows."""
+        ids = sorted({t for _, tokens in rows for t in tokens})
+        payload = {"model": self.model, "prompt": [p for p, _ in rows], "max_tokens": 1, "temperature": 0.0,
+                   "logprobs": 1, "logprob_token_ids": ids, "return_tokens_as_token_ids": True}
+        data = self._request("POST", "/completions", payload, deadline_s=deadline_s, retries=retries)
+        try:
+            choices = sorted(data["choices"], key=lambda c: c["index"])
+            out = []
+            for choice, (_, tokens) in zip(choices, rows, strict=True):
+                read = choice["logprobs"]["top_logprobs"][0]
+                out.append([float(read[f"token_id:{t}"]) for t in tokens])
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise BackboneError(f"{self.base_url}/completions answered no logprob_token_ids for the prompts: "
+                                f"{str(data)[:300]}") from e
+        if not all(math.isfinite(v) for row in out for v in row):
+            raise BackboneError(f"{self.base_url} returned a log-probability that is not finite; the server is faulty")
+        return out
+
+    def _expand(self, prompt: list[int]) -> Expand:
+        """The search's ``expand`` against this server: rows packed into requests of at most
+        :data:`MAX_LOGPROB_TOKEN_IDS` distinct ids, the requests sent concurrently."""
+
+        def expand(prefixes: list[tuple[int, ...]], children: list[list[int]]) -> list[list[float]]:
+            rows = [(i, list(prompt) + list(prefix), tokens[k:k + MAX_LOGPROB_TOKEN_IDS])
+                    for i, (prefix, tokens) in enumerate(zip(prefixes, children, strict=True))
+                    for k in range(0, len(tokens), MAX_LOGPROB_TOKEN_IDS)]
+            requests: list[list[tuple[int, list[int], list[int]]]] = [[]]
+            for row in rows:
+                ids = {t for _, _, tokens in requests[-1] for t in tokens}
+                if requests[-1] and len(ids | set(row[2])) > MAX_LOGPROB_TOKEN_IDS:
+                    requests.append([])
+                requests[-1].append(row)
+            with ThreadPoolExecutor(max_workers=min(self.options.concurrency, len(requests))) as pool:
+                answers = list(pool.map(lambda rs: self._next_logprobs([(p, t) for _, p, t in rs]), requests))
+            out: list[list[float]] = [[] for _ in prefixes]
+            for rs, values in zip(requests, answers, strict=True):
+                for (i, _, _), read in zip(rs, values, strict=True):
+                    out[i] += read
+            return out
+
+        return expand
+
+    def supports_search(self) -> bool:
+        """Whether the server gives the raw log-probabilities of named next tokens over its
+        prefix cache (vLLM's ``logprob_token_ids``), checked once against its own
+        ``prompt_logprobs`` on a probe: equal to 1e-3 nats, or the search is not used (a
+        server whose values are processed would make the search inexact). An outage leaves
+        the question open."""
+        if self._search is None:
+            try:
+                probe = self._tokenize({"messages": [{"role": "user", "content": "Say yes."}],
+                                        "add_generation_prompt": True},
+                                       deadline_s=self.options.check_deadline_s, retries=1)
+                words = self.candidate_ids(["yes", "no"])
+                read = self._next_logprobs([(probe, [w[0] for w in words])],
+                                           deadline_s=self.options.check_deadline_s, retries=1)[0]
+                exact = self._prompt_logprobs([probe + [w[0]] for w in words], "prompt_logprobs",
+                                              deadline_s=self.options.check_deadline_s, retries=1)
+                self._search = all(abs(r - float(e[len(probe)] or 0.0)) < 1e-3 for r, e in zip(read, exact, strict=True))
+            except Unreachable:
+                raise
+            except BackboneError:
+                self._search = False
+        return self._search
+
+    def best(self, messages: Sequence[Message], candidates: Sequence[str]) -> Best:
+        """The exact argmax of the candidates' summed log-likelihood, by a best-first search
+        over their token trie (:func:`~ap_gym.backbones.search.best_first`), within the
+        per-step budget (``serving.search_budget`` expansions, ``deadline_s``)."""
+        if not candidates:
+            raise ValueError("best needs at least one candidate")
+        prompt = self._tokenize({"messages": [dict(m) for m in messages], "add_generation_prompt": True})
+        cands = self.candidate_ids(candidates)
+        found = best_first(cands, self._expand(prompt), batch=self.options.search_batch,
+                           budget=self.options.search_budget, deadline=time.monotonic() + self.options.deadline_s)
+        return Best(found.index, found.scored, len(prompt), found.read, found.rounds)
 
     def check(self, *, scoring: bool) -> dict[str, Any]:
         """At the start of a run: the model is listed and, when ``scoring``, candidates can be
@@ -422,14 +572,16 @@ class OpenAIBackbone:
         if self.model not in names:
             raise BackboneError(f"{self.base_url} does not serve {self.model!r} (it lists {names})")
         method = self.scoring_method() if scoring else None
+        search = self.supports_search() if scoring else None
         choice = self.supports_choice() if scoring else None
-        if scoring and method is None and not choice:
+        if scoring and method is None and not search and not choice:
             raise BackboneError(self._no_scoring())
-        return {"model": self.model, "scoring": method, "choice": choice}
+        return {"model": self.model, "scoring": method, "search": search, "choice": choice}
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "openai", "identity": self.identity, "base_url": self.base_url, "model": self.model,
-                "scoring": self._scoring or None, "choice": self._choice, "options": self.options.to_dict()}
+                "scoring": self._scoring or None, "search": self._search, "choice": self._choice,
+                "options": self.options.to_dict()}
 
     def close(self) -> None:
         self._client.close()

@@ -134,7 +134,7 @@ class TextEnv(gym.Env[str, str]):
         render_mode: ``"ansi"`` returns the last observation, ``"human"`` prints it.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "render_fps": 4}
     #: The benchmark's name, used in task listings and errors.
     benchmark: ClassVar[str] = "text"
     #: What stands in for the published benchmark, when something does (a replica, a

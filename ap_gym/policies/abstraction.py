@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ap_gym.memory import Memory
 from ap_gym.policies.design import Block, TaskContext
-from ap_gym.policies.memory_policy import register_design
+from ap_gym.policies.memory_policy import policy_of, register_design
 from ap_gym.policies.records import format_record
 from ap_gym.types import Episode
 
@@ -61,4 +61,4 @@ class AbstractionDesign:
         task.keep_abstraction(text, episode, [record_id], task.vec, self.kind)
 
 
-AbstractionMemory = AbstractionDesign.policy  # type: ignore[attr-defined]
+AbstractionMemory = policy_of(AbstractionDesign)

@@ -44,7 +44,7 @@ from typing import Literal
 from ap_gym.policies.abstraction import show_abstractions
 from ap_gym.policies.bandit import MODES, BanditConfig, Choice, ModeBandit, mode_reward
 from ap_gym.policies.design import Block, TaskContext
-from ap_gym.policies.memory_policy import register_design
+from ap_gym.policies.memory_policy import policy_of, register_design
 from ap_gym.types import Episode
 
 __all__ = ["MODE_HEADERS", "AntiPersistence", "AntiPersistenceDesign", "AntiPersistencePolicy"]
@@ -149,5 +149,5 @@ class AntiPersistenceDesign:
 
 #: The policy: the acting agent around a backbone, the memory (records and the bandit's
 #: outcome log) and this design. ``AntiPersistence`` is the name the paper's code uses.
-AntiPersistencePolicy = AntiPersistenceDesign.policy  # type: ignore[attr-defined]
+AntiPersistencePolicy = policy_of(AntiPersistenceDesign)
 AntiPersistence = AntiPersistencePolicy

@@ -25,7 +25,7 @@ import numpy as np
 from ap_gym.memory import Memory
 from ap_gym.policies.abstraction import AbstractionDesign
 from ap_gym.policies.design import Block, TaskContext
-from ap_gym.policies.memory_policy import register_design
+from ap_gym.policies.memory_policy import policy_of, register_design
 from ap_gym.types import Episode
 
 __all__ = ["AutoRefine", "AutoRefineDesign"]
@@ -88,4 +88,4 @@ class AutoRefineDesign:
             memory.abstractions.deactivate([i for _, i in rest[:over]], "over capacity")
 
 
-AutoRefine = AutoRefineDesign.policy  # type: ignore[attr-defined]
+AutoRefine = policy_of(AutoRefineDesign)

@@ -181,9 +181,7 @@ class ModeBandit:
         seqs = tuple(seq for *_, seq in near)
         mean_sim = float(np.mean([sim for _, sim, *_ in near]))
         if mean_sim < cfg.rho:
-            util = self.global_means(log)
-            best = max(self.modes, key=lambda m: (util[m] if util[m] is not None else -math.inf))
-            return Choice(best, "fallback", util, mean_sim, seqs)
+            return self._fallback(log, mean_sim, seqs)
         weights: dict[str, float] = dict.fromkeys(self.modes, 0.0)
         sums: dict[str, float] = dict.fromkeys(self.modes, 0.0)
         for position, sim, mode, reward, _ in near:
@@ -198,13 +196,17 @@ class ModeBandit:
                 util[m] = sums[m] / weights[m] + cfg.c * math.sqrt(log_n / weights[m])
             else:
                 util[m] = None
-        candidates = [m for m in self.modes if util[m] is not None]
-        if not candidates:  # no neighbour carries weight
-            util = self.global_means(log)
-            best = max(self.modes, key=lambda m: (util[m] if util[m] is not None else -math.inf))
-            return Choice(best, "fallback", util, mean_sim, seqs)
-        best = max(candidates, key=lambda m: util[m])  # ties: MODES order
+        known = {m: u for m, u in util.items() if u is not None}
+        if not known:  # no neighbour carries weight
+            return self._fallback(log, mean_sim, seqs)
+        best = max(known, key=lambda m: known[m])  # ties: MODES order
         return Choice(best, "ucb", util, mean_sim, seqs)
+
+    def _fallback(self, log: LogView, mean_sim: float, seqs: tuple[int, ...]) -> Choice:
+        """The mode with the best global (all-entries) weighted mean reward."""
+        util = self.global_means(log)
+        best = max(self.modes, key=lambda m: _or_minus_infinity(util[m]))
+        return Choice(best, "fallback", util, mean_sim, seqs)
 
     def global_means(self, log: LogView | Sequence[LogEntry]) -> dict[str, float | None]:
         sums = self._global(_view(log))
@@ -213,3 +215,7 @@ class ModeBandit:
             rewarded, total = sums.get(m, (0.0, 0.0))
             out[m] = rewarded / total if total > 0 else None
         return out
+
+
+def _or_minus_infinity(value: float | None) -> float:
+    return -math.inf if value is None else value

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ap_gym.policies.abstraction import AbstractionDesign
 from ap_gym.policies.design import Block, Composite, TaskContext
-from ap_gym.policies.memory_policy import register_design
+from ap_gym.policies.memory_policy import policy_of, register_design
 from ap_gym.policies.trajectory import TrajectoryDesign
 from ap_gym.types import Episode
 
@@ -26,4 +26,4 @@ class JointDesign:
 
 
 _PARTS = Composite((AbstractionDesign(), TrajectoryDesign()))
-JointMemory = JointDesign.policy  # type: ignore[attr-defined]
+JointMemory = policy_of(JointDesign)

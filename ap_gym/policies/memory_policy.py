@@ -42,7 +42,8 @@ from ap_gym.policies.react import AgentConfig, ReActAgent
 from ap_gym.policies.registry import register_policy, spec_of
 from ap_gym.types import Embedder, Episode, PolicyTrace, Usage
 
-__all__ = ["MEMORY_NEEDS", "MEMORY_SUPPORTS", "MemoryConfig", "MemoryPolicy", "design_policy", "register_design"]
+__all__ = ["MEMORY_NEEDS", "MEMORY_SUPPORTS", "MemoryConfig", "MemoryPolicy", "design_policy", "policy_of",
+           "register_design"]
 
 #: What every memory design asks of the protocol, and what it supports.
 MEMORY_NEEDS = ("backbone", "embedder", "store", "seed")
@@ -263,7 +264,7 @@ class FrozenLayer:
 
     def shown(self, vec: np.ndarray | None) -> str:
         """The skills this task sees, one ``- `` line each (all of them without an embedding)."""
-        order = range(len(self.texts))
+        order: Sequence[int] = range(len(self.texts))
         if self._vectors is not None and vec is not None:
             sims = self._vectors @ np.asarray(vec, dtype=np.float32)
             order = sorted(np.argsort(-sims, kind="stable")[: self.budget])  # nearest, in the file's order
@@ -290,7 +291,7 @@ _DESIGN_OPTIONS = [p for p in inspect.signature(MemoryPolicy.__init__).parameter
 def register_design(name: str, *, policy: str | None = None) -> Callable[[type[D]], type[D]]:
     """Register a design dataclass as the policy ``name``; its fields are the policy's options.
 
-    The generated policy class (``design.policy``, named ``policy`` or after the design)
+    The generated policy class (:func:`policy_of` the design, named ``policy`` or after the design)
     is a :class:`MemoryPolicy` whose design is built from the design's own options; an
     options object field (a pydantic :class:`~ap_gym.options.Options`) takes a mapping too.
 
@@ -306,10 +307,22 @@ def register_design(name: str, *, policy: str | None = None) -> Callable[[type[D
     def decorate(design: type[D]) -> type[D]:
         cls = design_policy(design, policy or design.__name__.removesuffix("Design") + "Policy")
         register_policy(name, needs=MEMORY_NEEDS, supports=MEMORY_SUPPORTS)(cls)
-        design.policy = cls  # type: ignore[attr-defined]
+        _POLICIES[design] = cls
         return design
 
     return decorate
+
+
+#: Each registered design's policy class.
+_POLICIES: dict[type[Any], type[MemoryPolicy]] = {}
+
+
+def policy_of(design: type[Any]) -> type[MemoryPolicy]:
+    """The policy class :func:`register_design` made of ``design``."""
+    try:
+        return _POLICIES[design]
+    except KeyError:
+        raise KeyError(f"{design.__name__} is not a registered design (decorate it with @register_design)") from None
 
 
 def design_policy(design: type[Any], class_name: str) -> type[MemoryPolicy]:

@@ -41,6 +41,7 @@ from ap_gym.backbones.base import (
     Completion,
     ConstrainedChooser,
     EpisodeCache,
+    ExactSearcher,
     GenerationConfig,
     Message,
 )
@@ -88,13 +89,17 @@ class AgentConfig(Options):
         candidates_kept: how many of the best-scored candidates a ``choose`` step records
             (``Step.trace.candidates``); ``None`` keeps every one (a policy gradient over
             the admissible commands needs them all).
-        choose_method: how ``choose`` picks a command. ``"score"``: the log-likelihood of
-            every candidate (the paper's rule, exact; one forward pass in process, a
-            prefill per candidate on vLLM). ``"constrained"``: one generation constrained
-            to the candidates (a server's structured outputs; greedy, so it can differ from
-            the best-scored command). ``"auto"`` (default): constrained where the backbone
-            offers it (a server that supports ``choice``; probed once) and the choice is
-            greedy, else scored. Each episode records which (``choice_method``).
+        choose_method: how ``choose`` picks a command. Every method but ``constrained`` is
+            the paper's rule, exact: the argmax of the candidates' log-likelihood (summed or
+            by ``reduction``), or a sample from its softmax. ``"auto"`` (default): on a
+            backbone that offers an exact search (a vLLM server with
+            ``logprob_token_ids``: a branch-and-bound over the candidates' token trie) and
+            for the argmax of summed log-likelihoods, the search; else every candidate
+            scored. ``"score"``: every candidate scored. ``"search"``: the search, or an
+            error. ``"constrained"``: greedy decoding under a choice grammar (a server's
+            structured outputs): another decision rule (it can pick another command than
+            the argmax), never chosen by ``auto``, and reported as a different agent.
+            Each episode records which ran (``choice_method``).
     """
 
     action_mode: Literal["choose", "generate", "react"] = "choose"
@@ -109,7 +114,7 @@ class AgentConfig(Options):
     choose_temperature: float = Field(default=0.0, ge=0.0)
     record_messages: bool = False
     candidates_kept: int | None = Field(default=10, ge=0)
-    choose_method: Literal["auto", "score", "constrained"] = "auto"
+    choose_method: Literal["auto", "score", "search", "constrained"] = "auto"
 
 
 def parse_react(text: str, admissible: Sequence[str] | None = None) -> tuple[str, str, bool]:
@@ -208,33 +213,10 @@ class ReActAgent(BasePolicy):
         scored_step: dict[str, Any] = {}
         if self.config.record_messages:
             scored_step["messages"] = messages
-        if self.config.action_mode == "choose" and admissible and self._constrained():
-            picked = self.backbone.choose(messages, admissible)  # type: ignore[attr-defined]
-            self.meter.record("acting", picked.prompt_tokens, picked.completion_tokens)
-            action, failure, thought, reply = picked.text, False, None, picked.text
-            response = f"chose {action!r} (a generation constrained to the {len(admissible)} admissible commands)"
-            scored_step.update(candidates=((action, round(picked.logprob, 4)),) if picked.logprob is not None else None,
-                               reduction="constrained")
-        elif self.config.action_mode == "choose" and admissible:
-            self.decisions["choice_method"] = "scored"
-            scored = self.backbone.score(messages, admissible, self.config.reduction)
-            scores = scored.values
-            if len(scores) != len(admissible) or not all(math.isfinite(v) for v in scores):
-                raise BackboneError(f"the backbone scored {len(admissible)} commands as {list(scores)[:5]}...: "
-                                    "missing or not finite (NaN), which no choice can be made from; an "
-                                    "infrastructure failure, not the agent's")
-            best, logprob = self._pick(scores)
-            if logprob is not None:
-                scored_step["logprob"] = logprob
-            action, failure = admissible[best], False
-            self.meter.record("acting", scored.tokens, 0)
-            ranked = sorted(range(len(admissible)), key=lambda i: -scores[i])
-            response = f"chose {action!r} ({self.config.reduction} log-lik {scores[best]:.3f}); top: " + \
-                ", ".join(f"{admissible[i]!r}={scores[i]:.3f}" for i in ranked[:3])
-            reply, thought = action, None
-            scored_step.update(candidates=tuple((admissible[i], round(float(scores[i]), 4))
-                                                for i in ranked[:self.config.candidates_kept]),
-                               reduction=self.config.reduction)
+        if self.config.action_mode == "choose" and admissible:
+            action, response, chosen = self._choose(messages, admissible)
+            scored_step.update(chosen)
+            failure, thought, reply = False, None, action
         elif self.config.action_mode == "react":
             completion = self._generate(messages, self.config.react_generation, admissible)
             self.meter.record("acting", completion.prompt_tokens, completion.completion_tokens)
@@ -259,19 +241,72 @@ class ReActAgent(BasePolicy):
             return self.backbone.act_on(messages, admissible)
         return self.backbone.generate(messages, config.seeded(self.seed, self._task_id, len(self._steps)))
 
-    def _constrained(self) -> bool:
-        """Whether this step's choice is a constrained generation (see ``choose_method``)."""
-        method = self.config.choose_method
-        if method == "score":
-            return False
-        offered = isinstance(self.backbone, ConstrainedChooser) and self.backbone.supports_choice()
-        if method == "constrained" and not offered:
-            raise BackboneError(f"choose_method: constrained, but {getattr(self.backbone, 'identity', 'the backbone')} "
-                                "offers no constrained choice (a server with structured outputs does); use 'score'")
-        use = offered and (method == "constrained" or self.config.choose_temperature <= 0)
-        if use:
-            self.decisions["choice_method"] = "constrained"
-        return use
+    def _method(self) -> str:
+        """How this step chooses (see ``choose_method``): ``scored``, ``searched`` or
+        ``constrained``. ``auto`` is always an exact method: the search where the backbone
+        offers it and the choice is the argmax of summed log-likelihoods, else scoring."""
+        method, name = self.config.choose_method, getattr(self.backbone, "identity", "the backbone")
+        if method == "constrained":
+            if not (isinstance(self.backbone, ConstrainedChooser) and self.backbone.supports_choice()):
+                raise BackboneError(f"choose_method: constrained, but {name} offers no constrained choice (a server "
+                                    "with structured outputs does); use 'auto'")
+            return "constrained"
+        searchable = self.config.choose_temperature <= 0 and self.config.reduction == "sum"
+        if method == "search":
+            if not searchable:
+                raise BackboneError("choose_method: search finds the argmax of summed log-likelihoods: it needs "
+                                    "reduction 'sum' and choose_temperature 0; use 'score'")
+            if not (isinstance(self.backbone, ExactSearcher) and self.backbone.supports_search()):
+                raise BackboneError(f"choose_method: search, but {name} offers no exact search (a vLLM server with "
+                                    "logprob_token_ids does); use 'auto' or 'score'")
+            return "searched"
+        if method == "auto" and searchable and isinstance(self.backbone, ExactSearcher) \
+                and self.backbone.supports_search():
+            return "searched"
+        return "scored"
+
+    def _choose(self, messages: list[Message], admissible: list[str]) -> tuple[str, str, dict[str, Any]]:
+        """The command chosen among ``admissible``, the step's response text and what the step
+        records (candidates with their true log-likelihoods, the reduction, a sampled choice's
+        log-probability; a constrained choice's post-mask value under its own name)."""
+        method = self._method()
+        self.decisions["choice_method"] = method
+        if method == "constrained":
+            assert isinstance(self.backbone, ConstrainedChooser)
+            picked = self.backbone.choose(messages, admissible)
+            self.meter.record("acting", picked.prompt_tokens, picked.completion_tokens)
+            return picked.text, (f"chose {picked.text!r} (greedy decoding constrained to the {len(admissible)} "
+                                 "admissible commands)"), {"reduction": "constrained",
+                                                           "masked_logprob": picked.masked_logprob}
+        if method == "searched":
+            assert isinstance(self.backbone, ExactSearcher)
+            best = self.backbone.best(messages, admissible)
+            self.meter.record("acting", best.prompt_tokens + best.candidate_tokens, 0)
+            values = dict(best.scored)
+            ranked = sorted(values, key=lambda i: -values[i])
+            action = admissible[best.index]
+            return action, (f"chose {action!r} (sum log-lik {values[best.index]:.3f}, exact search: "
+                            f"{len(values)} of {len(admissible)} commands scored whole); top: "
+                            + ", ".join(f"{admissible[i]!r}={values[i]:.3f}" for i in ranked[:3])), \
+                {"candidates": tuple((admissible[i], round(values[i], 4)) for i in ranked[:self.config.candidates_kept]),
+                 "reduction": "sum"}
+        scored = self.backbone.score(messages, admissible, self.config.reduction)
+        scores = scored.values
+        if len(scores) != len(admissible) or not all(math.isfinite(v) for v in scores):
+            raise BackboneError(f"the backbone scored {len(admissible)} commands as {list(scores)[:5]}...: "
+                                "missing or not finite (NaN), which no choice can be made from; an "
+                                "infrastructure failure, not the agent's")
+        best_index, logprob = self._pick(scores)
+        self.meter.record("acting", scored.tokens, 0)
+        ranked = sorted(range(len(admissible)), key=lambda i: -scores[i])
+        action = admissible[best_index]
+        recorded: dict[str, Any] = {
+            "candidates": tuple((admissible[i], round(float(scores[i]), 4)) for i in ranked[:self.config.candidates_kept]),
+            "reduction": self.config.reduction}
+        if logprob is not None:
+            recorded["logprob"] = logprob
+        return action, (f"chose {action!r} ({self.config.reduction} log-lik {scores[best_index]:.3f}); top: "
+                        + ", ".join(f"{admissible[i]!r}={scores[i]:.3f}" for i in ranked[:3])), recorded
 
     def _pick(self, scores: Sequence[float]) -> tuple[int, float | None]:
         """The chosen candidate and, when sampling, its log-probability under the softmax."""

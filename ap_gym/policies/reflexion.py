@@ -24,7 +24,7 @@ from pydantic import PositiveInt
 
 from ap_gym.policies.abstraction import show_abstractions
 from ap_gym.policies.design import Block, TaskContext
-from ap_gym.policies.memory_policy import register_design
+from ap_gym.policies.memory_policy import policy_of, register_design
 from ap_gym.policies.records import format_record
 from ap_gym.types import Episode
 
@@ -52,4 +52,4 @@ class ReflexionDesign:
         task.keep_abstraction(text, episode, [record_id], task.vec, "reflection")
 
 
-Reflexion = ReflexionDesign.policy  # type: ignore[attr-defined]
+Reflexion = policy_of(ReflexionDesign)

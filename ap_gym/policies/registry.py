@@ -160,7 +160,7 @@ def _claim(name: str, obj: Any) -> None:
 
 def _record_arguments(cls: type, name: str) -> None:
     """Wrap ``cls.__init__`` so that each instance keeps the arguments it was built with."""
-    init = cls.__init__
+    init = inspect.getattr_static(cls, "__init__")  # the one it resolves to (its own or inherited)
     signature = inspect.signature(init)
 
     @functools.wraps(init)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ap_gym.policies.design import Block, TaskContext
-from ap_gym.policies.memory_policy import register_design
+from ap_gym.policies.memory_policy import policy_of, register_design
 from ap_gym.types import Episode
 
 __all__ = ["TrajectoryDesign", "TrajectoryMemory"]
@@ -26,4 +26,4 @@ class TrajectoryDesign:
         """Nothing beyond the record, which every memory policy stores."""
 
 
-TrajectoryMemory = TrajectoryDesign.policy  # type: ignore[attr-defined]
+TrajectoryMemory = policy_of(TrajectoryDesign)

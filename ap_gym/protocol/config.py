@@ -256,7 +256,7 @@ class RunConfig(BaseModel):
 
     def _served_models_have_urls(self) -> None:
         """A spec ``served:<model>`` names a model whose server is given at run time: say how."""
-        named = [("backbone", None, self.backbone)] if not self.backbones else []
+        named: list[tuple[str, str | None, str]] = [("backbone", None, self.backbone)] if not self.backbones else []
         named += [("backbones", label, spec) for label, spec in (self.backbones or {}).items()]
         named += [("judges", label, spec) for label, spec in (self.judges or {}).items()]
         named += [("embedder", None, self.embedder)]
@@ -329,7 +329,8 @@ class RunConfig(BaseModel):
     def backbone_specs(self) -> dict[str | None, str]:
         """Backbone label -> spec; the single ``backbone`` has the label ``None`` (its results
         keep the layout without a backbone level)."""
-        return dict(self.backbones) if self.backbones else {None: self.backbone}
+        specs: dict[str | None, str] = {k: v for k, v in (self.backbones or {}).items()} or {None: self.backbone}
+        return specs
 
     def what_it_computes(self) -> dict[str, Any]:
         """The config without the keys that only say how or where it runs (resume compares this).

@@ -27,7 +27,7 @@ from typing import Any
 from ap_gym.paths import atomic_write_json
 from ap_gym.protocol.config import ConfigError, RunConfig, import_modules
 from ap_gym.protocol.executors import Executor, make_executor
-from ap_gym.protocol.executors.base import EvalJob, EvalResult, chunks
+from ap_gym.protocol.executors.base import EvalJob, EvalResult, SettingsRunner, chunks
 from ap_gym.protocol.results import BENCHMARK, EPISODES, EpisodeLine, EpisodeLog, summarise
 from ap_gym.protocol.setting import (
     Resources,
@@ -136,8 +136,8 @@ class Runner:
                       disable=not progress) as bar:
             overall = bar.add_task(f"{config.name}: settings", total=len(settings))
             try:
-                if config.executor == "ray" and len(settings) > 1 and config.workers > 1:
-                    self.executor.run_settings(  # type: ignore[attr-defined]
+                if isinstance(self.executor, SettingsRunner) and len(settings) > 1 and config.workers > 1:
+                    self.executor.run_settings(
                         [(s.benchmark, s.label, s.seed, s.backbone) for s in settings], run_one_setting,
                         lambda _name: bar.advance(overall))
                 else:

@@ -235,9 +235,12 @@ def _version(value: Any) -> int:
 
 
 def _package_version() -> str:
-    import ap_gym
+    from importlib.metadata import PackageNotFoundError, version
 
-    return ap_gym.__version__
+    try:  # from the installed metadata: importing the package's face would load the envs
+        return version("ap-gym")
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 #: The trace fields of a schema-1 step (held flat in the step then).

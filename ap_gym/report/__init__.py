@@ -82,7 +82,10 @@ def _head(r: Results) -> list[str]:
             "failures. Means and standard deviations are over seeds at each setting's final iteration. "
             f"{tables.IDENTICAL_MARK} marks a method whose seeds gave identical results (greedy decoding), so its "
             f"± 0.0 is not a measured spread; {tables.CHOOSE_MARK} marks a method whose agent chose among admissible "
-            "commands by log-likelihood (ap-gym's `choose`), not the paper's agent, which generates its action.", ""]
+            "commands by log-likelihood (ap-gym's `choose`), not the paper's agent, which generates its action; "
+            f"{tables.CONSTRAINED_MARK} marks one that chose by greedy decoding under a choice grammar "
+            "(`choose_method: constrained`): another decision rule than the argmax of log-likelihoods, so another "
+            "agent than the same method chosen exactly.", ""]
     return head
 
 

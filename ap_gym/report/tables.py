@@ -32,6 +32,7 @@ PAPER_BASELINES = ("trajectory", "abstraction", "joint", "reflexion", "autorefin
 TABLE7_SIZE = 7
 CHOOSE_MARK = "†"
 IDENTICAL_MARK = "‡"
+CONSTRAINED_MARK = "§"
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ def _pm(values: Sequence[float], scale: float = 1.0, digits: int = 1, mark: str 
 def _name(r: Results, method: str) -> str:
     """A method's row name, marked when it chose among admissible commands (ap-gym's agent)."""
     modes = {x.head.policy_info.get("action_mode") for x in r.final if x.method == method}
-    return f"{method} {CHOOSE_MARK}" if "choose" in modes else method
+    constrained = any(x.head.policy_info.get("choice_method") == "constrained" for x in r.final if x.method == method)
+    return f"{method} {CHOOSE_MARK}" + (f"{CONSTRAINED_MARK}" if constrained else "") if "choose" in modes else method
 
 
 def _mode(info: Any) -> str:

@@ -125,7 +125,7 @@ def play_groups(backbone: TransformersBackbone, env_id: str, tasks: Sequence[tup
     n = min(len(jobs), lanes or 8)
     batcher = BatchingBackbone(backbone, n)
     envs = [gym.make(env_id, **dict(env_kwargs or {})) for _ in range(n)]
-    policies = [NoMemory(batcher.lane(i), agent).eval() for i in range(n)]  # type: ignore[arg-type]
+    policies = [NoMemory(batcher.lane(i), agent).eval() for i in range(n)]
 
     def play(env: gym.Env[str, str], policy: Any, job: Any) -> Episode:
         _, task, seed, agent_seed = job

@@ -210,10 +210,9 @@ def play_tokens(
         raise ValueError(f"max_turns and max_completion_tokens are at least 1, not {max_turns}, "
                          f"{max_completion_tokens}")
     recorder = _Recorder(backbone, max_completion_tokens)
-    policy = NoMemory(recorder, training_agent(generation, agent),  # type: ignore[arg-type]  (a Backbone by duck type)
-                      seed=seed if sample_seed is None else sample_seed).eval()
+    policy = NoMemory(recorder, training_agent(generation, agent), seed=seed if sample_seed is None else sample_seed)
     with backbone.lock:
-        episode = run_episode(env, policy, task_id=task_id, seed=seed, max_steps=max_turns,
+        episode = run_episode(env, policy.eval(), task_id=task_id, seed=seed, max_steps=max_turns,
                               truncate_when=lambda: recorder.done)
     return _assemble(episode, recorder)
 

@@ -32,6 +32,7 @@ import gymnasium as gym
 
 from ap_gym.backbones.base import GenerationConfig
 from ap_gym.backbones.hf import TransformersBackbone
+from ap_gym.envs.base import TextEnv
 from ap_gym.errors import InfrastructureError
 from ap_gym.policies.prompting import PromptBuilder
 from ap_gym.policies.react import AgentConfig
@@ -172,7 +173,13 @@ class TRLRollout:
 def _tasks(env: gym.Env[str, str], split: str, tasks: Sequence[str] | None) -> list[str]:
     if isinstance(tasks, str):
         raise ValueError(f"tasks is a list of task ids, not one string ({tasks!r}); pass [{tasks!r}]")
-    ids = list(tasks) if tasks is not None else list(env.unwrapped.task_ids(split))  # type: ignore[attr-defined]
+    if tasks is not None:
+        ids = list(tasks)
+    else:
+        unwrapped = env.unwrapped
+        if not isinstance(unwrapped, TextEnv):
+            raise TypeError(f"{env} is not an ap-gym text env (it lists no task ids): pass tasks=[...]")
+        ids = list(unwrapped.task_ids(split))
     if not ids:
         raise ValueError(f"no tasks: {split!r} of {env.spec.id if env.spec else env} is empty, or tasks=[] was given")
     return ids

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ap_gym.protocol.results import EPISODES
+from ap_gym.view.app import STATIC
 from ap_gym.view.index import FILTERS, SORTS, RunIndex, curves
 from ap_gym.view.search import SearchIndex
 
@@ -39,7 +40,6 @@ def create_app(viewer: Viewer, **options: Any) -> Any:
 
     return create(viewer, **options)
 
-STATIC = Path(__file__).parent / "static"
 #: The file that marks a directory as a bundle ``write_static`` may overwrite.
 BUNDLE_MARK = ".ap-gym-bundle"
 

@@ -12,6 +12,7 @@ or as ``Authorization: Bearer ...``.
 from __future__ import annotations
 
 import hmac
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, HTTPException, Query, Request
@@ -28,7 +29,10 @@ from fastapi.staticfiles import StaticFiles
 if TYPE_CHECKING:
     from ap_gym.view import Viewer
 
-__all__ = ["create_app"]
+__all__ = ["STATIC", "create_app"]
+
+#: The page and its assets (``ap-gym view --static`` copies them).
+STATIC = Path(__file__).parent / "static"
 
 
 _COOKIE = "ap_gym_view_key"
@@ -79,7 +83,6 @@ def create_app(viewer: Viewer, *, api_key: str | None = None,
         hosts: the host names requests may be addressed to; ``None`` accepts any (a
             server bound beyond loopback, behind its key).
     """
-    from ap_gym.view import STATIC
 
     app = FastAPI(title="ap-gym view", docs_url=None, redoc_url=None, openapi_url=None)
     _guard(app, api_key, hosts)

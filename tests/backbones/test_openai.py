@@ -287,20 +287,23 @@ def _chat(text, logprobs=(-0.5, -0.25)):
                       "usage": {"prompt_tokens": 30, "completion_tokens": 2}})
 
 
-def test_a_server_with_structured_choice_is_chosen_from_in_one_request():
+def test_a_constrained_choice_is_named_and_its_post_mask_value_is_no_log_likelihood():
+    """Greedy decoding under a choice grammar runs only when asked for by name; what it
+    reports is a log-probability after the mask, kept as masked_logprob, never as a
+    candidate's log-likelihood."""
     from ap_gym.policies.react import ReActAgent
 
     server = Scripted([MODELS, _chat("zq-apgym-probe-two"), _chat("open door")])
     try:
         client = OpenAIBackbone(server.url, retries=0, backoff_s=0.01)
         assert client.supports_choice()
-        agent = ReActAgent(client, seed=0)
+        agent = ReActAgent(client, {"choose_method": "constrained"}, seed=0)
         info = {"task_id": "t/1", "instruction": "leave", "admissible_commands": ["go north", "open door"]}
         agent.begin("A door.", info)
         assert agent.act("A door.", info) == "open door"
         trace = agent.trace()
         assert trace.info["choice_method"] == "constrained" and trace.steps[-1].reduction == "constrained"
-        assert trace.steps[-1].candidates == (("open door", -0.75),)
+        assert trace.steps[-1].candidates is None and trace.steps[-1].masked_logprob == -0.75
         assert len(server.seen) == 3  # models, the probe, one request for the step
     finally:
         server.close()

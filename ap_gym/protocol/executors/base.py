@@ -9,13 +9,13 @@ do not depend on the executor.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ap_gym.types import Episode, Termination
 
-__all__ = ["EvalJob", "EvalResult", "Executor", "infra_results"]
+__all__ = ["EvalJob", "EvalResult", "Executor", "SettingsRunner", "infra_results"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,15 @@ class Executor(Protocol):
     def evaluate(self, jobs: Sequence[EvalJob]) -> Iterator[tuple[EvalJob, list[EvalResult]]]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class SettingsRunner(Protocol):
+    """An executor that runs whole settings of a grid where they are (a Ray cluster):
+    ``run_one(config, benchmark, label, seed, backbone)`` for each, ``on_done(name)`` after."""
+
+    def run_settings(self, settings: Sequence[tuple[str, str, int, str | None]], run_one: Callable[..., str],
+                     on_done: Callable[[str], None]) -> None: ...
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:

@@ -18,6 +18,7 @@ import traceback
 from collections import deque
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, wait
+from typing import Any
 
 from ap_gym.processes import Child, cpu_budget
 from ap_gym.protocol.config import RunConfig
@@ -46,6 +47,7 @@ def _serve(conn: Connection, config: RunConfig, first: EvalJob, threads: int) ->
                 break
             if job is None:
                 break
+            answer: tuple[str, Any]
             try:
                 answer = ("ok", worker.run(job))
             except Exception:
