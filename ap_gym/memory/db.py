@@ -146,6 +146,8 @@ class MemoryDB:
                 if readonly:
                     raise StoreError(f"{self.path} is empty; train a policy before evaluating it")
                 self._create(embedding_dim, embedder)
+            elif not readonly and self._interrupted_creation(tables):
+                self._create(embedding_dim, embedder, tables=False)
             else:
                 self._check(tables)
             if not readonly:
@@ -187,14 +189,28 @@ class MemoryDB:
             raise StoreError(f"{self.path} is damaged ({e}); restore it from a run snapshot "
                              "(snapshots/iter<k>/memory.sqlite) or move it aside") from e
 
-    def _create(self, dim: int | None, embedder: str) -> None:
-        with self.conn:
-            self.conn.executescript(_SCHEMA)
-            self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    def _create(self, dim: int | None, embedder: str, *, tables: bool = True) -> None:
+        """The schema and its meta rows in one transaction: a process killed while creating
+        the file leaves a hot journal that SQLite rolls back on the next open (an empty file,
+        created again), never tables without their meta."""
+        self.conn.executescript("BEGIN; " + (_SCHEMA if tables else "") + f"PRAGMA user_version={SCHEMA_VERSION};")
+        try:
             self.conn.executemany("INSERT INTO meta VALUES (?, ?)", [
                 ("app", APP_ID), ("schema_version", str(SCHEMA_VERSION)), ("embedder", embedder),
-                ("embedding_dim", "" if dim is None else str(dim)), ("uuid", uuid.uuid4().hex),
-            ])
+                ("embedding_dim", "" if dim is None else str(dim)), ("uuid", uuid.uuid4().hex)])
+            self.conn.commit()
+        except BaseException:
+            self.conn.rollback()
+            raise
+
+    def _interrupted_creation(self, tables: set[str]) -> bool:
+        """An older ap-gym created the tables and their meta rows in separate transactions: a
+        kill between them left every table of the schema, all empty, and no meta. That file
+        holds nothing: its creation is finished instead of refused."""
+        if set(_expected_columns()) - tables or self.conn.execute("SELECT COUNT(*) FROM meta").fetchone()[0]:
+            return False
+        return all(self.conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] == 0  # noqa: S608 (schema names)
+                   for t in _expected_columns())
 
     def _check(self, tables: set[str]) -> None:
         if "meta" not in tables:

@@ -219,3 +219,56 @@ def test_a_frozen_open_sees_rows_still_in_the_wal_and_writes_nothing(tmp_path):
     frozen.close()
     assert not list(tmp_path.glob("*.faiss*"))
     writer.close()
+
+
+KILL_AT_META = """
+import os, signal, sqlite3, sys
+import ap_gym.memory.db as db
+
+class Killing(sqlite3.Connection):  # SIGKILL once the schema's tables exist, before their meta rows
+    def executemany(self, sql, *args, **kwargs):
+        if "INSERT INTO meta" in sql:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().executemany(sql, *args, **kwargs)
+
+real = sqlite3.connect
+db.sqlite3 = type("sqlite3", (), {"connect": staticmethod(lambda *a, **k: real(*a, factory=Killing, **k)),
+                                  "Row": sqlite3.Row, "DatabaseError": sqlite3.DatabaseError})
+db.MemoryDB(sys.argv[1], embedding_dim=4)
+"""
+
+
+def test_a_kill_while_the_memory_is_created_never_blocks_a_resume(tmp_path):
+    """Issue 42 item 2: a SIGKILL between the schema and its meta rows left tables, an empty
+    meta and a hot journal, and every resume failed ('belongs to None, not ap-gym')."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "memory.sqlite"
+    done = subprocess.run([sys.executable, "-c", KILL_AT_META, str(path)], capture_output=True, timeout=120)
+    assert done.returncode == -9, done.stderr.decode()[-2000:]
+    db = MemoryDB(path, embedding_dim=4)  # the resume
+    assert db.meta("app") == "ap-gym memory" and db.dim == 4
+    TrajectoryStore(db).add(task_id="t/0", family="f", instruction="do it", steps=[], success=True, score=1.0,
+                            embedding=np.ones(4, dtype=np.float32), iteration=0)
+    db.close()
+
+
+def test_a_memory_an_older_ap_gym_left_half_created_is_finished(tmp_path):
+    """Files an older ap-gym left that way (every table, all empty, no meta row) hold nothing:
+    their creation is finished; a file with rows but no meta is still refused."""
+    from ap_gym.memory.db import _SCHEMA
+
+    path = tmp_path / "memory.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(_SCHEMA)
+    conn.close()
+    db = MemoryDB(path, embedding_dim=4)
+    assert db.meta("app") == "ap-gym memory"
+    db.close()
+    other = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(other)
+    conn.executescript(_SCHEMA + "INSERT INTO outcome_log VALUES (1, x'00', 'none', 0, 'f', 'i', 0, 0, NULL);")
+    conn.close()
+    with pytest.raises(StoreError, match="not ap-gym"):
+        MemoryDB(other, embedding_dim=4)
