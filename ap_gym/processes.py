@@ -12,7 +12,10 @@ pickled by reference, so a target is a module-level function.
 
 A child asks Linux to kill it when its parent dies (the parent-death signal), and checks
 that its parent is still the one that started it after asking: a parent killed while
-the child was starting leaves no orphan. A killed process cannot remove its temporary
+the child was starting leaves no orphan. Linux sends that signal when the *thread* that
+forked the child ends, not the process: a child started from a short-lived thread (an env
+made in a worker thread, an engine restarted there) was killed with the thread. So every
+child is forked by one long-lived thread of the process (:class:`_Spawner`). A killed process cannot remove its temporary
 files either, so :func:`owned_tempdir` names the owner in the directory, and the next
 process to make one removes those whose owner is gone.
 """
@@ -21,12 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
@@ -100,6 +105,45 @@ def die_with_parent(parent: int | None = None) -> None:
         os._exit(1)
 
 
+class _Spawner:
+    """One daemon thread that forks every child of this process: the parent-death signal
+    follows the forking thread, and this one lives as long as the process."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], queue.SimpleQueue[tuple[bool, Any]]]] = \
+            queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():  # a forked copy
+                self._queue, self._pid = queue.SimpleQueue(), os.getpid()
+                self._thread = threading.Thread(target=self._serve, args=(self._queue,), name="ap-gym-spawner",
+                                                daemon=True)
+                self._thread.start()
+            jobs = self._queue
+        answer: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        jobs.put((fn, answer))
+        ok, value = answer.get()
+        if not ok:
+            raise value
+        return value
+
+    @staticmethod
+    def _serve(jobs: queue.SimpleQueue[tuple[Callable[[], Any], queue.SimpleQueue[tuple[bool, Any]]]]) -> None:
+        while True:
+            fn, answer = jobs.get()
+            try:
+                answer.put((True, fn()))
+            except BaseException as e:  # the caller raises it
+                answer.put((False, e))
+
+
+_SPAWNER = _Spawner()
+
+
 class Child:
     """A Python child process running ``target(conn, *args)``; ``conn`` is this end of its pipe.
 
@@ -122,8 +166,9 @@ class Child:
             else:
                 environ[key] = value
         fd = theirs.fileno()
-        self._popen = subprocess.Popen([sys.executable, "-m", "ap_gym.processes", str(fd), str(os.getpid()), name],
-                                       pass_fds=(fd,), env=environ, stdin=subprocess.DEVNULL)
+        command = [sys.executable, "-m", "ap_gym.processes", str(fd), str(os.getpid()), name]
+        self._popen: subprocess.Popen[bytes] = _SPAWNER.run(  # forked by the long-lived thread (see the module)
+            lambda: subprocess.Popen(command, pass_fds=(fd,), env=environ, stdin=subprocess.DEVNULL))
         theirs.close()
         with contextlib.suppress(OSError):  # it died at once: exitcode says how, the first recv raises
             self.conn.send((target, args))

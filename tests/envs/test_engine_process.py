@@ -63,6 +63,30 @@ def test_a_child_that_is_never_ready_is_killed_at_its_start_budget():
     assert engine.pid is None
 
 
+class Echo:
+    def echo(self, text: str) -> str:
+        return text
+
+
+def test_an_engine_started_in_a_short_lived_thread_outlives_the_thread():
+    """Issue 42 item 3: the parent-death signal follows the thread that forked the child, so
+    an engine made (or restarted) in a thread that then ended was killed with it, and the
+    next step said 'no game started'."""
+    import threading
+
+    engine = EngineProcess(Echo, name="Echo", timeout_s=30)
+    try:
+        thread = threading.Thread(target=engine.new_game)
+        thread.start()
+        thread.join()
+        time.sleep(0.5)  # the thread is gone; a child tied to it would be dead by now
+        pid = engine.pid
+        assert pid is not None and process_alive(pid)
+        assert engine.call("echo", "still here") == "still here"
+    finally:
+        engine.close(kill=True)
+
+
 def test_an_engine_that_cannot_be_built_says_why():
     """Before, the parent saw only 'died during <call> (exit code 1)'; the reason was in a
     traceback on the child's stderr."""
