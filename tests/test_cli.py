@@ -176,3 +176,25 @@ def test_list_shows_a_users_env_and_policy_with_imports(tmp_path, capsys, monkey
     assert main(["list", "--imports", "my_things"]) == 0
     out = capsys.readouterr().out
     assert "door\tmine/Door-v0\tcan: walkthrough" in out and "policy knock\tneeds: -\tKnocks first." in out
+
+
+@pytest.mark.parametrize("flag", ["--backbone", "--embedder"])
+def test_a_url_with_credentials_is_refused_and_never_written_or_shown(tmp_path, capsys, flag):
+    """Issue 42 item 4: user:password@ in a URL bypassed the https-or-loopback rule (sent as
+    Basic auth in clear text to any host) and was written to config.json, shown by the
+    viewer and printed in start-up errors."""
+    from ap_gym.backbones import OpenAIBackbone
+    from ap_gym.backbones.embedders import make_embedder
+    from ap_gym.errors import BackboneError
+
+    cfg = write_config(tmp_path)
+    out = tmp_path / "out"
+    url = "http://bob:s3cret@203.0.113.5:8000/v1"
+    assert main(["run", str(cfg), "--out", str(out), flag, url]) == 2
+    said = capsys.readouterr()
+    assert "credentials" in said.err and "AP_GYM_API_KEY" in said.err
+    assert "s3cret" not in said.out + said.err and written(out) == []
+    for build in (OpenAIBackbone, make_embedder):
+        with pytest.raises(BackboneError) as refused:
+            build("https://bob:s3cret@127.0.0.1:9/v1")
+        assert "credentials" in str(refused.value) and "s3cret" not in str(refused.value)

@@ -50,7 +50,7 @@ from ap_gym.backbones.base import (
 )
 from ap_gym.backbones.search import Expand, best_first
 from ap_gym.errors import BackboneError, PromptRejected
-from ap_gym.net import may_send_credentials
+from ap_gym.net import may_send_credentials, refuse_userinfo
 from ap_gym.options import Options
 
 __all__ = ["OpenAIBackbone", "ServingOptions", "Unreachable"]
@@ -155,7 +155,10 @@ class OpenAIBackbone:
 
     def __init__(self, base_url: str, model: str | None = None, *, api_key: str | None = None,
                  options: ServingOptions | None = None, **overrides: Any) -> None:
-        self.base_url = base_url.rstrip("/")
+        try:
+            self.base_url = refuse_userinfo(base_url).rstrip("/")
+        except ValueError as e:
+            raise BackboneError(str(e)) from None
         self.options = _serving_options(options, overrides)
         key = api_key or os.environ.get("AP_GYM_API_KEY") or os.environ.get("OPENAI_API_KEY")
         if key and not may_send_credentials(self.base_url) and not self.options.insecure_credentials:

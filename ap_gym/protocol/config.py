@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ap_gym.backbones.openai import ServingOptions
 from ap_gym.errors import APGymError
+from ap_gym.net import refuse_userinfo
 
 __all__ = ["EXECUTION_KEYS", "ConfigError", "PolicySpec", "RunConfig", "import_modules"]
 
@@ -185,6 +186,7 @@ class RunConfig(BaseModel):
                     raise ValueError(f"{label!r} has an empty spec: give its server (--backbone {label}=http://HOST:"
                                      "PORT/v1) or a model; an empty one would run the packaged SmolLM2 under "
                                      f"the name {label!r}")
+                refuse_userinfo(str(spec))
         return value
 
     @field_validator("backbone", "embedder")
@@ -192,7 +194,7 @@ class RunConfig(BaseModel):
     def _spec_is_given(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("an empty spec: name a model (default, tiny, a path) or a server URL")
-        return value
+        return refuse_userinfo(value)
 
     @model_validator(mode="after")
     def _registered(self) -> RunConfig:
