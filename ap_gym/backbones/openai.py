@@ -23,9 +23,9 @@ infrastructure failure rather than a failed task.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-import re
 import threading
 import time
 import uuid
@@ -56,10 +56,9 @@ from ap_gym.options import Options
 __all__ = ["OpenAIBackbone", "ServingOptions", "Unreachable"]
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
-#: What a server says when the prompt itself is at fault (vLLM: "This model's maximum context
-#: length is 4096 tokens. However, you requested ..."): the method's failure, not the server's.
-_PROMPT_FAULT = re.compile(r"context|too long|maximum.{0,40}(length|tokens)|prompt.{0,40}(length|tokens)|"
-                           r"input.{0,20}tokens", re.I)
+#: A refusal the request itself may have caused (the prompt overflowing the context): decided
+#: from the request's token count against the server's declared context, never its wording.
+_CLIENT_ERROR = (400, 413, 422)
 SCORING_METHODS = ("prompt_logprobs", "echo")
 #: Special tokens that may join commands into one /tokenize request (the first the server
 #: tokenizes as one token, checked to leave the commands' tokens as they are alone).
@@ -122,6 +121,10 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
+class _Refused(Exception):
+    """A 4xx answer, decided by the caller, who knows the request (never retried)."""
+
+
 class Unreachable(BackboneError):
     """Every attempt failed in transport (refused, reset, timed out, 5xx): the server is
     down or faulty now, which says nothing about what it can do once it is back."""
@@ -177,6 +180,7 @@ class OpenAIBackbone:
         self._join: tuple[str, int] | bool | None = False  # False: not probed yet; None: no separator
         self._probe_lock = threading.Lock()
         self._search: bool | None = None  # None: not probed yet
+        self._context_len: int | bool | None = False  # False: not read yet
         self._scoring: str | None | bool = False  # False: not probed yet
         self._choice: bool | None = None  # None: not probed yet
         self.model = model or self._first_model(self.options.check_deadline_s)
@@ -208,7 +212,61 @@ class OpenAIBackbone:
         except _Retryable as e:
             raise Unreachable(f"{url} failed after {attempts} attempts ({e}); is the server up? "
                               "Deadlines and retries: serving: in the config, or --deadline/--retries") from None
+        except _Refused as e:
+            raise self._refusal(str(e), path, payload) from None
         raise AssertionError("unreachable")
+
+    def _refusal(self, message: str, path: str, payload: dict[str, Any] | None) -> BackboneError | PromptRejected:
+        """A 4xx refusal as what it is: :class:`~ap_gym.errors.PromptRejected` (the method's
+        failure) only when the request's prompt did not fit the server's declared context;
+        anything else (a max_tokens that fits no prompt, a wrong parameter or model name, a
+        rate limit, a refusal we cannot measure) is the infrastructure's."""
+        fits = self._fits(payload) if path in ("/chat/completions", "/completions") and payload else None
+        if fits is False:
+            return PromptRejected(f"{message} (the prompt did not fit the context of {self._context} tokens)")
+        why = "the prompt fits the server's context, so it is not the method's prompt" if fits else \
+            "the server declares no context length (max_model_len), so a prompt at fault cannot be told"
+        return BackboneError(f"{message}; {why}: an infrastructure failure, check the server and the serving options")
+
+    @property
+    def _context(self) -> int | None:
+        """The server's declared context length (``/v1/models``' ``max_model_len``), read once."""
+        if self._context_len is False:
+            self._context_len = None
+            with contextlib.suppress(BackboneError):
+                models = self._request("GET", "/models", deadline_s=self.options.check_deadline_s, retries=1)
+                for card in models.get("data") or []:
+                    if isinstance(card, dict) and card.get("id") == self.model:
+                        value = card.get("max_model_len")
+                        self._context_len = int(value) if isinstance(value, int) and value > 0 else None
+        return self._context_len if isinstance(self._context_len, int) else None
+
+    def _fits(self, payload: dict[str, Any]) -> bool | None:
+        """Whether the request's prompt and its ``max_tokens`` fit the declared context:
+        ``False`` when the prompt left no room (the method's prompt at fault), ``True``
+        when they fit or ``max_tokens`` alone exceeds the context (no prompt could fit: the
+        configuration is at fault), ``None`` when it cannot be told."""
+        context = self._context
+        if context is None:
+            return None
+        max_tokens = int(payload.get("max_tokens") or 1)
+        if max_tokens >= context:
+            return True
+        prompt = payload.get("prompt")
+        try:
+            if "messages" in payload:
+                tokens = len(self._tokenize({"messages": payload["messages"], "add_generation_prompt": True},
+                                            deadline_s=self.options.check_deadline_s, retries=1))
+            elif isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+                tokens = max(len(p) for p in prompt)
+            elif isinstance(prompt, list):
+                tokens = len(prompt)
+            else:
+                tokens = len(self._tokenize({"prompt": str(prompt)}, deadline_s=self.options.check_deadline_s,
+                                            retries=1))
+        except (BackboneError, PromptRejected):
+            return None
+        return tokens + max_tokens <= context
 
     def _once(self, method: str, url: str, payload: dict[str, Any] | None, deadline_s: float) -> dict[str, Any]:
         deadline = time.monotonic() + deadline_s
@@ -229,8 +287,8 @@ class OpenAIBackbone:
         text = body.decode("utf-8", errors="replace")
         if status in _RETRY_STATUS:
             raise _Retryable(f"HTTP {status}: {text[:200]}", _retry_after(response.headers.get("retry-after")))
-        if status in (400, 413, 422) and _PROMPT_FAULT.search(text):
-            raise PromptRejected(f"{url} refused the prompt (HTTP {status}): {text[:500]}")
+        if status in _CLIENT_ERROR:
+            raise _Refused(f"{url} answered HTTP {status}: {text[:500]}")
         if status >= 300:
             raise BackboneError(f"{url} answered HTTP {status}: {text[:500]}")
         try:

@@ -7,7 +7,7 @@ import pytest
 
 from ap_gym.backbones import GenerationConfig, OpenAIBackbone
 from ap_gym.backbones.server import BackboneServer
-from ap_gym.errors import BackboneError
+from ap_gym.errors import BackboneError, PromptRejected
 
 MSGS = [{"role": "system", "content": "you are an agent"}, {"role": "user", "content": "go north look take apple"}]
 
@@ -321,5 +321,42 @@ def test_a_server_that_ignores_the_choice_is_not_trusted_with_it():
         client = OpenAIBackbone(server.url, retries=0, backoff_s=0.01)
         with pytest.raises(BackboneError, match="not one of the 2 choices"):
             client.choose(MSGS, ["go north", "open door"])
+    finally:
+        server.close()
+
+
+VLLM_TOO_LONG = (400, {}, {"object": "error", "message": "This model's maximum context length is 4096 tokens. However, "
+                           "you requested 9000 tokens (200 in the messages, 8800 in the completion).", "code": 400})
+
+
+@pytest.mark.parametrize(("answers", "outcome"), [
+    # the prompt fits; max_tokens is the misconfiguration: an infrastructure failure
+    ([(200, {}, {"data": [{"id": "m", "max_model_len": 4096}]}), VLLM_TOO_LONG,
+      (200, {}, {"data": [{"id": "m", "max_model_len": 4096}]}), (200, {}, {"tokens": [1] * 200})], BackboneError),
+    # a wrong parameter whose wording mentions a length and "context"
+    ([(200, {}, {"data": [{"id": "m", "max_model_len": 4096}]}),
+      (400, {}, {"message": "unknown parameter 'context_length_penalty' (max length 64)"}),
+      (200, {}, {"data": [{"id": "m", "max_model_len": 4096}]}), (200, {}, {"tokens": [1] * 200})], BackboneError),
+    # a rate limit on input tokens
+    ([(200, {}, {"data": [{"id": "m", "max_model_len": 4096}]}),
+      (422, {}, {"message": "rate limit: too many input tokens per minute"}),
+      (200, {}, {"data": [{"id": "m", "max_model_len": 4096}]}), (200, {}, {"tokens": [1] * 30})], BackboneError),
+    # the server declares no context: whether the prompt was at fault cannot be told
+    ([MODELS, VLLM_TOO_LONG, MODELS], BackboneError),
+    # the prompt itself overflows the declared context: the method's failure
+    ([(200, {}, {"data": [{"id": "m", "max_model_len": 4096}]}), VLLM_TOO_LONG,
+      (200, {}, {"data": [{"id": "m", "max_model_len": 4096}]}), (200, {}, {"tokens": [1] * 4090})], PromptRejected),
+])
+def test_a_refusal_is_the_prompts_fault_only_when_the_prompt_did_not_fit(answers, outcome):
+    """Issue 42 item 1: the 'prompt at fault' test was a regex over the error text, so a
+    max_tokens that fits no prompt, a parameter or model name mentioning a length, a rate
+    limit on input tokens were filed as the method's failure: a misconfigured server made a
+    whole run 'success 0.0, 0 infrastructure failures'."""
+    server = Scripted(answers)
+    try:
+        client = OpenAIBackbone(server.url, retries=0, backoff_s=0.01)
+        with pytest.raises(outcome) as raised:
+            client.generate(MSGS, GenerationConfig(max_new_tokens=64))
+        assert type(raised.value) is outcome  # PromptRejected is no BackboneError, nor the reverse
     finally:
         server.close()
