@@ -427,6 +427,16 @@ def _parser_serve(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``ap-gym`` command. Ctrl-C anywhere (a demo loading its model, a viewer importing
+    its server) ends it with one line and exit status 130, never a traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("ap-gym: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from ap_gym.protocol.config import ConfigError
 
     args = build_parser().parse_args(argv)

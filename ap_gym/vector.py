@@ -49,6 +49,14 @@ def make_vec(
     """
     if vectorization_mode not in ("sync", "async"):
         raise ValueError(f"vectorization_mode must be 'sync' or 'async', not {vectorization_mode!r}")
+    for name, value in (("num_envs", num_envs), ("group_size", group_size),
+                        ("max_episode_steps", env_kwargs.get("max_episode_steps", 1))):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} is a whole number of at least 1, not {value!r}")
+    if isinstance(tasks, str):
+        raise ValueError(f"tasks is a list of task ids, not one string ({tasks!r}); pass [{tasks!r}]")
+    if tasks is not None and not list(tasks):
+        raise ValueError("tasks=[] names no task; leave it out to draw the groups' tasks by seed")
     if tasks is not None and group_size == 1:
         raise ValueError("tasks= orders the tasks of group rollouts; pass group_size > 1 (or reset with "
                          "options={'task_id': ...} yourself)")

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RESULTS_DIR", "abba", "emit", "gold_path", "machine", "ratio_spread", "spread"]
+__all__ = ["RESULTS_DIR", "abba", "emit", "gold_path", "machine", "positive", "ratio_spread", "spread"]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "sections"
 # The command line as the script got it: ALFWorld's planner (fast downward's translate,
@@ -109,3 +109,17 @@ def emit(name: str, title: str, body: str, machine_line: str | None = None) -> P
     path.write_text(text)
     print("\n" + text, flush=True)
     return path
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a size of 0 once rewrote a section the
+    README quotes with '0 seeds')."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a size: give at least 1")
+    return value

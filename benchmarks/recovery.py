@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ap_gym.studies.recovery import Truth, coverage  # noqa: E402
-from benchmarks._bench import emit  # noqa: E402
+from benchmarks._bench import emit, positive  # noqa: E402
 
 CONFOUNDED = (0.05, 0.05, 0.5, 0.5)
 
@@ -37,8 +37,8 @@ def table(name: str, result: dict) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=500)
-    parser.add_argument("--invocations", type=int, default=400)
+    parser.add_argument("--seeds", type=positive, default=500)
+    parser.add_argument("--invocations", type=positive, default=400)
     args = parser.parse_args()
     worlds = {
         "recovery": Truth(invocations=args.invocations),

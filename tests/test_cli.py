@@ -198,3 +198,30 @@ def test_a_url_with_credentials_is_refused_and_never_written_or_shown(tmp_path, 
         with pytest.raises(BackboneError) as refused:
             build("https://bob:s3cret@127.0.0.1:9/v1")
         assert "credentials" in str(refused.value) and "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize(("command", "after_s"), [
+    (["demo", "--backbone", "tiny", "--tasks", "1", "--benchmarks", "textworld"], 4.0),
+    (["view", "RUN", "--port", "0"], 0.3),
+])
+def test_ctrl_c_ends_a_command_with_one_line_and_no_traceback(tmp_path, command, after_s):
+    """Issue 42 item 7: Ctrl-C in ap-gym demo printed KeyboardInterrupt tracebacks, and so did
+    Ctrl-C in the seconds before ap-gym view had imported its server."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.helpers import synthetic_run
+
+    run = synthetic_run(tmp_path, "r", {"p": [True]})
+    argv = [str(run) if part == "RUN" else part for part in command]
+    proc = subprocess.Popen([sys.executable, "-m", "ap_gym.cli", *argv, "--out", str(tmp_path / "out")]
+                            if command[0] == "demo" else [sys.executable, "-m", "ap_gym.cli", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+    assert proc.returncode in (0, 130)

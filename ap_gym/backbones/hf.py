@@ -407,6 +407,11 @@ class TransformersBackbone:
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
         if any(not c for c in completions) or any(not p for p in prompts):
             raise ValueError("every prompt and every completion needs at least one token")
+        vocab = self.model.get_input_embeddings().num_embeddings
+        outside = sorted({int(t) for seq in (*prompts, *completions) for t in seq if not 0 <= int(t) < vocab})
+        if outside:
+            raise ValueError(f"token ids {outside[:5]} are outside the model's vocabulary (0-{vocab - 1}): ids of "
+                             "another tokenizer?")
         rows = [list(p) + list(c) for p, c in zip(prompts, completions, strict=True)]
         width = max(len(r) for r in rows)
         if width > self.max_context:
@@ -427,6 +432,8 @@ class TransformersBackbone:
         """Per-token log-probabilities of ``completion`` (text, or token ids) as the
         assistant's reply to ``messages``, with gradients; ``.sum()`` equals
         ``score(messages, [completion]).values[0]`` (same prompt encoding and cut)."""
+        if not completion:
+            raise ValueError("token_logprobs needs a completion of at least one token (it was empty)")
         ids = list(completion) if not isinstance(completion, str) else self.candidate_ids([completion])[0]
         prompt, _ = self.encode_prompt(messages, len(ids) + 1)
         return self.sequence_logprobs([prompt], [ids])[0]

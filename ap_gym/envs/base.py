@@ -156,6 +156,8 @@ class TextEnv(gym.Env[str, str]):
             raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
+        if not isinstance(admissible_commands, bool):  # "no" is truthy: it would turn them on
+            raise ValueError(f"admissible_commands is True or False, not {admissible_commands!r}")
         self.split = split
         self.render_mode = render_mode
         self.default_admissible = admissible_commands
@@ -250,7 +252,10 @@ class TextEnv(gym.Env[str, str]):
                 f"List valid ids with env.unwrapped.task_ids('train'|'test') "
                 f"or `ap-gym list {self.benchmark}` (for example: {examples})."
             )
-        self._admissible = bool(options.get("admissible_commands", self.default_admissible))
+        admissible = options.get("admissible_commands", self.default_admissible)
+        if not isinstance(admissible, bool):
+            raise ValueError(f"options['admissible_commands'] is True or False, not {admissible!r}")
+        self._admissible = admissible
         self._task_id = None  # not playable until the engine has started
         start = self._start(task_id, options)
         _checked_score(start.score, self.benchmark, "reset")

@@ -9,9 +9,12 @@ and every policy to a registered policy.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
-from collections.abc import Mapping
+import signal
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,13 +46,57 @@ def _safe_name(value: str, what: str) -> str:
     return value
 
 
-def import_modules(modules: tuple[str, ...] | list[str]) -> None:
-    """Import a config's ``imports:`` (they register envs and policies)."""
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+#: The longest a module of ``imports:`` may take to import (one that loops would hang the run).
+IMPORT_TIMEOUT_S = 120.0
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float, what: str) -> Iterator[None]:
+    """Interrupt the main thread after ``seconds`` (elsewhere: no limit; signals go to it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(*_: Any) -> None:
+        raise TimeoutError(f"{what} did not finish within {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def import_modules(modules: tuple[str, ...] | list[str], timeout_s: float = IMPORT_TIMEOUT_S) -> None:
+    """Import a config's ``imports:`` (they register envs and policies). A module is named,
+    not a path; it may not exit, hang, or take over one of ap-gym's own env ids."""
+    import gymnasium as gym
+
     for module in modules:
+        if not isinstance(module, str) or not _MODULE.fullmatch(module):
+            raise ConfigError(f"imports: {module!r} is not a module name; name it as Python does (my_envs, "
+                              "pkg.envs) and put its folder on PYTHONPATH")
+        own = {k: v for k, v in gym.registry.items() if k.startswith("ap_gym/")}
         try:
-            importlib.import_module(module)
+            with _time_limit(timeout_s, f"importing {module!r}"):
+                importlib.import_module(module)
         except ImportError as e:
             raise ConfigError(f"imports: cannot import {module!r} ({e}); is it on PYTHONPATH?") from e
+        except SystemExit as e:
+            raise ConfigError(f"imports: {module!r} called sys.exit({e.code}) while being imported; a module that "
+                              "registers envs or policies must not exit (guard its script part with "
+                              "if __name__ == '__main__':)") from None
+        except Exception as e:
+            raise ConfigError(f"imports: importing {module!r} failed: {type(e).__name__}: {e}") from None
+        taken = sorted(k for k, spec in own.items() if gym.registry.get(k) is not spec)
+        if taken:
+            for k in taken:  # ap-gym's own env stays what it was
+                gym.registry[k] = own[k]
+            raise ConfigError(f"imports: {module!r} registered {', '.join(taken)} again, one of ap-gym's own env ids; "
+                              "register your env under a namespace of yours (my_envs/Name-v0)")
 
 
 class PolicySpec(BaseModel):
@@ -120,7 +167,9 @@ class RunConfig(BaseModel):
         eval_before_training: also evaluate once before the first training iteration
             (recorded as iteration -1: the untrained policy with empty memory), the
             curves' starting point.
-        max_steps: the step limit (50 in the paper).
+        max_steps: the step limit of every benchmark. ``None`` (the default): each env's
+            registered ``max_episode_steps`` (50 for ap-gym's own, the paper's), or 50 when
+            it registers none; each setting's ``benchmark.json`` says which ran.
         workers: processes (local) or Ray actors (ray) for held-out evaluation; with
             the Ray executor, also how many settings of a grid run at once.
         threads: torch threads per local worker (default: the cores divided among the
@@ -158,7 +207,7 @@ class RunConfig(BaseModel):
     heldout: int | None = Field(default=None, ge=1)
     eval_before_training: bool = False
     description: str = ""
-    max_steps: int = Field(default=50, ge=1)
+    max_steps: int | None = Field(default=None, ge=1)
     workers: int = Field(default=1, ge=1)
     threads: int | None = Field(default=None, ge=1)
     executor: Literal["local", "ray"] = "local"
@@ -209,12 +258,26 @@ class RunConfig(BaseModel):
         if len(set(labels)) != len(labels):
             raise ValueError(f"policy labels must be unique: {labels}")
         if self.policy_defaults:
+            self._defaults_are_taken()
             object.__setattr__(self, "policies", tuple(self._with_defaults(p) for p in self.policies))
             object.__setattr__(self, "policy_defaults", {})
         self._policies_take_their_options()
         self._envs_can_serve_the_policies()
         self._served_models_have_urls()
         return self
+
+    def _defaults_are_taken(self) -> None:
+        """Every key of ``policy_defaults`` is an option of at least one policy of the run: a
+        misspelled one (``agnet``) reached nobody and was dropped without a word."""
+        from ap_gym.policies import get_policy
+
+        taken: set[str] = set()
+        for p in self.policies:
+            taken |= set(get_policy(p.name).option_names())
+        unknown = sorted(set(self.policy_defaults) - taken)
+        if unknown:
+            raise ValueError(f"policy_defaults: {', '.join(map(repr, unknown))} is an option of no policy of this run "
+                             f"(they take {', '.join(sorted(taken)) or 'none'}); a misspelling?")
 
     def _with_defaults(self, spec: PolicySpec) -> PolicySpec:
         """``spec`` with ``policy_defaults`` under its own options, for the keys its policy takes."""
@@ -325,6 +388,18 @@ class RunConfig(BaseModel):
         ids = [resolve_benchmark(b) for b in self.benchmarks]
         return {short_name(i): i for i in ids}
 
+    def step_limit(self, benchmark: str) -> tuple[int, str]:
+        """The step limit of ``benchmark`` (a short name or an env id) and where it comes from:
+        ``config`` (``max_steps``), ``registration`` (the env's ``max_episode_steps``) or
+        ``default`` (50, the paper's)."""
+        import gymnasium as gym
+
+        if self.max_steps is not None:
+            return self.max_steps, "config"
+        env_id = self.benchmark_ids().get(benchmark, benchmark)
+        registered = gym.spec(env_id).max_episode_steps
+        return (registered, "registration") if registered else (DEFAULT_MAX_STEPS, "default")
+
     def policy(self, label: str) -> PolicySpec:
         return next(p for p in self.policies if p.label == label)
 
@@ -341,8 +416,15 @@ class RunConfig(BaseModel):
         before the key existed resumes under the version that added it.
         """
         defaults = {"eval_before_training": False, "judges": None}
-        return {k: v for k, v in self.to_dict().items()
-                if k not in EXECUTION_KEYS and not (k in defaults and v == defaults[k])}
+        out = {k: v for k, v in self.to_dict().items()
+               if k not in EXECUTION_KEYS and not (k in defaults and v == defaults[k])}
+        # the limits that ran: a run saved with max_steps: 50 resumes with the registration's 50
+        out["max_steps"] = {b: self.step_limit(b)[0] for b in self.benchmark_ids()}
+        return out
+
+
+#: The step limit of an env that registers none (the paper's).
+DEFAULT_MAX_STEPS = 50
 
 
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

@@ -285,8 +285,10 @@ class SettingRun:
         self.log = EpisodeLog(self.directory / EPISODES)
         self.env = make_env(config, setting.benchmark)
         grammar = getattr(self.env.unwrapped, "grammar", None)
+        limit, source = config.step_limit(setting.benchmark)
         atomic_write_json(self.directory / BENCHMARK, {
             "benchmark": setting.benchmark, "env_id": self.env.spec.id if self.env.spec else None,
+            "max_steps": limit, "max_steps_from": source,
             "stand_in": getattr(self.env.unwrapped, "stand_in", None),
             "grammar": grammar.to_dict() if grammar is not None else None})
         info = get_policy(setting.policy.name)

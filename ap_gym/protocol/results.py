@@ -56,6 +56,7 @@ __all__ = [
     "load_record_keys",
     "load_records",
     "load_stand_ins",
+    "misfiled",
     "parse_header",
     "parse_line",
     "read_log",
@@ -490,13 +491,22 @@ def _order(h: EpisodeHeader) -> tuple[Any, ...]:
     return (h.benchmark, h.backbone or "", h.policy, h.seed, h.iteration, h.phase, h.index)
 
 
+def misfiled(header: EpisodeHeader, setting: str) -> bool:
+    """Whether a line says it belongs to another setting than the directory it is in (an
+    edited or copied line): read as damaged, never filed under a policy the run lacks."""
+    return header.setting != setting
+
+
 def _load(run_dir: str | Path, headers: bool) -> list[Any]:
     found = []
     for directory in setting_dirs(run_dir):
         good, bad = read_log(directory / EPISODES, headers=headers)
-        if bad:
-            log.warning("%s: skipped %d damaged line(s)", directory / EPISODES, len(bad))
-        found += good
+        setting = directory.relative_to(run_dir).as_posix()
+        kept = [x for x in good if not misfiled(x if headers else x.header, setting)]
+        if bad or len(kept) < len(good):
+            log.warning("%s: skipped %d damaged line(s) and %d that name another setting than %s",
+                        directory / EPISODES, len(bad), len(good) - len(kept), setting)
+        found += kept
     return sorted(found, key=lambda x: _order(x if headers else x.header))
 
 

@@ -175,12 +175,13 @@ def _embedder_ready(resources: Resources, spec: str) -> str:
 
 
 def make_env(config: RunConfig, benchmark: str) -> Any:
-    """The benchmark's env with the run's step limit and ``env_options``."""
+    """The benchmark's env with the run's step limit (:meth:`RunConfig.step_limit`) and
+    ``env_options``."""
     import gymnasium as gym
 
     env_id = config.benchmark_ids()[benchmark]
     options = config.env_options.get(benchmark, config.env_options.get(env_id, {}))
-    return gym.make(env_id, max_episode_steps=config.max_steps, **dict(options))
+    return gym.make(env_id, max_episode_steps=config.step_limit(benchmark)[0], **dict(options))
 
 
 def build_policy(spec: PolicySpec, config: RunConfig, db_path: Path, seed: int, resources: Resources,

@@ -37,6 +37,7 @@ from ap_gym.protocol.results import (
     load_abstractions,
     load_config,
     load_record_keys,
+    misfiled,
     parse_header,
     read_at,
     setting_dirs,
@@ -251,6 +252,9 @@ class RunIndex:
                 try:
                     header = parse_header(raw.rstrip(b"\r\n"))
                 except DamagedLine:  # a damaged line: resuming the run moves it aside
+                    damaged += 1
+                    continue
+                if misfiled(header, rel):  # a line of another setting than its directory's
                     damaged += 1
                     continue
                 info = header.policy_info

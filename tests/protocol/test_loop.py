@@ -130,3 +130,39 @@ def test_a_policy_without_a_model_runs_once_and_carries_no_backbone_label(tmp_pa
         rows = [r for r in csv.DictReader(f) if r["method"] == "random"]
     assert sorted(r["setting"] for r in rows) == ["shop @ a", "shop @ b"]  # its one result, in each column
     assert rows[0]["success_mean"] == rows[1]["success_mean"]
+
+
+def test_the_registrations_step_limit_holds_unless_the_config_sets_one(tmp_path):
+    """Issue 41: ap-gym run replaced an env's registered max_episode_steps with the config's
+    max_steps (50), so a 4-step env ran 50-step episodes; now the registration's holds
+    unless max_steps is given, and benchmark.json says which ran."""
+    import gymnasium as gym
+
+    from ap_gym.envs import StartResult, StepResult, TextEnv
+
+    class Endless(TextEnv):
+        benchmark = "endless"
+
+        def _task_ids(self, split):
+            return ["endless/0"]
+
+        def task_family(self, task_id):
+            return "endless"
+
+        def _start(self, task_id, options):
+            return StartResult("A corridor.", "Walk.", score=0.0, max_score=1.0, admissible_commands=["walk"])
+
+        def _advance(self, action):
+            return StepResult("More corridor.", 0.0, admissible_commands=["walk"])
+
+    if "test_loop/Endless-v0" not in gym.registry:
+        gym.register("test_loop/Endless-v0", entry_point=Endless, max_episode_steps=4)
+    for max_steps, steps, source in ((None, 4, "registration"), (2, 2, "config")):
+        data = {"name": f"limit{max_steps}", "out": str(tmp_path), "benchmarks": ["test_loop/Endless-v0"],
+                "policies": [{"name": "random"}], "iterations": 1, "train_per_iter": 0, "heldout": 1,
+                "max_steps": max_steps}
+        run_dir = run(RunConfig.from_dict(data), progress=False)
+        (line,) = load_episodes(run_dir)
+        assert line.header.num_steps == steps and line.header.termination == "step_limit"
+        meta = json.loads(next(run_dir.rglob("benchmark.json")).read_text())
+        assert (meta["max_steps"], meta["max_steps_from"]) == (steps, source)
