@@ -84,6 +84,8 @@ class Viewer:
         episodes arrived."""
         changed = False
         for k in range(len(self.indexes)):
+            if not (self.indexes[k].run / "config.json").exists():  # deleted: its pages say so
+                continue
             with self.lock:
                 if self.indexes[k].refresh():
                     changed = True
@@ -99,13 +101,16 @@ class Viewer:
             return self._search[k]
 
     def close(self) -> None:
+        """Stop following and close every index; a run deleted meanwhile leaves nothing to
+        close cleanly, which is said once, never as a traceback."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
-        for search in self._search.values():
-            search.close()
-        for ix in self.indexes:
-            ix.close()
+        for closing in [*self._search.values(), *self.indexes]:
+            try:
+                closing.close()
+            except Exception as e:  # a deleted run's files: nothing left to lose
+                log.warning("ap-gym view: closing %s: %s", getattr(closing, "path", closing), e)
 
     def status(self, k: int) -> dict[str, Any]:
         """Whether the run is still being written (no ``summary.json`` yet), what the index
@@ -146,6 +151,9 @@ class Viewer:
     def index(self, k: int) -> RunIndex:
         if not 0 <= k < len(self.indexes):
             raise KeyError(f"no run {k}: this viewer shows {len(self.indexes)} run(s)")
+        if not (self.indexes[k].run / "config.json").exists():  # deleted (or moved) while the viewer runs
+            raise KeyError(f"run {k} ({self.indexes[k].run}) no longer exists: it was deleted or moved; restart "
+                           "ap-gym view on where it is now")
         return self.indexes[k]
 
     def runs(self) -> list[dict[str, Any]]:
@@ -169,10 +177,11 @@ class Viewer:
     def report(self, k: int) -> dict[str, Any]:
         """The tables of ``ap-gym report`` for this run (the same :class:`~ap_gym.report.Table`
         objects, computed once and kept while the viewer runs)."""
+        run = self.index(k).run  # a run deleted meanwhile is said to be gone, even with its tables kept
         if k not in self._reports:
             from ap_gym.report import collect, report_tables
 
-            tables = report_tables(collect([self.index(k).run]))
+            tables = report_tables(collect([run]))
             self._reports[k] = {"tables": [{"name": t.name, "title": t.title, "header": t.header,
                                             "rows": [[_cell(v) for v in row] for row in t.rows]}
                                            for t in tables if t.header]}

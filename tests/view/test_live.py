@@ -105,3 +105,27 @@ def test_search_finds_a_step_and_an_export_is_the_line(view_run):
     assert exported.status_code == 200 and "attachment" in exported.headers["content-disposition"]
     assert "steps" in exported.json()
     viewer.close()
+
+
+def test_a_misfiled_line_and_a_deleted_run_are_answered_clearly(view_run, tmp_path):
+    """Issue 42 item 5: a line naming another policy than its directory broke the report
+    route (500) and --static (a raw KeyError); a live viewer whose run directory was deleted
+    answered 500 and printed a traceback when stopped."""
+    from ap_gym.view import write_static
+
+    run = tmp_path / "run"
+    shutil.copytree(view_run, run, ignore=shutil.ignore_patterns(".view"))
+    episodes = sorted(run.rglob("episodes.jsonl"))[0]
+    lines = episodes.read_text().splitlines()
+    edited = json.loads(lines[0])
+    edited["head"]["policy"] = "ghost"
+    episodes.write_text("\n".join([json.dumps(edited), *lines[1:]]) + "\n")
+    viewer = Viewer([run])
+    client = TestClient(create_app(viewer), base_url="http://127.0.0.1")
+    assert client.get("/api/run/0/report").status_code == 200
+    assert write_static([run], tmp_path / "bundle").exists()
+    shutil.rmtree(run)
+    for route in ("overview", "report", "episodes", "status", "provenance"):
+        answer = client.get(f"/api/run/0/{route}")
+        assert answer.status_code == 404 and "no longer exists" in answer.text, (route, answer.text[:200])
+    viewer.close()
