@@ -16,6 +16,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from ap_gym.wrappers.group import GroupVectorEnv, HoldWhenDone
+from ap_gym.wrappers.recovering import RecoveringVectorEnv
 from ap_gym.wrappers.reward import NormalisedReward
 
 __all__ = ["make_vec"]
@@ -40,7 +41,9 @@ def make_vec(
         group_size: ``G`` > 1 gives group rollouts: ``num_envs / G`` groups of ``G``
             copies of one task and seed that move to their next task together
             (``info["active"]`` marks members still playing).
-        vectorization_mode: ``"sync"`` (one process) or ``"async"`` (a process per sub-env).
+        vectorization_mode: ``"sync"`` (one process) or ``"async"`` (a process per sub-env;
+            a sub-env that fails is an :class:`~ap_gym.errors.EnvInfrastructureError`, and
+            the next reset starts the vector env anew: :class:`RecoveringVectorEnv`).
         normalised_reward: reward / the task's ``max_score``; the raw one in
             ``info["raw_reward"]``.
         tasks: for group rollouts, the task ids the groups go through in order.
@@ -67,6 +70,9 @@ def make_vec(
             raise ValueError(f"num_envs={num_envs} is not a multiple of group_size={group_size}")
         wrappers.append(HoldWhenDone)
         kwargs["autoreset_mode"] = AutoresetMode.DISABLED
-    envs = gym.make_vec(env_id, num_envs, vectorization_mode=vectorization_mode, vector_kwargs=kwargs,
-                        wrappers=wrappers, **env_kwargs)
+    def build() -> VectorEnv:
+        return gym.make_vec(env_id, num_envs, vectorization_mode=vectorization_mode, vector_kwargs=kwargs,
+                            wrappers=wrappers, **env_kwargs)
+
+    envs = RecoveringVectorEnv(build) if vectorization_mode == "async" else build()
     return GroupVectorEnv(envs, group_size, tasks) if group_size > 1 else envs

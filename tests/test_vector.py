@@ -134,3 +134,56 @@ def test_vector_rewards_can_be_normalised():
         assert np.allclose(rewards, [1.0, 0.0])
     finally:
         envs.close()
+
+
+class Faulty(ap_gym.TextEnv):
+    """Its engine raises at the second step of task faulty/1 (task faulty/0 never fails)."""
+
+    benchmark = "faulty"
+
+    def _task_ids(self, split):
+        return ["faulty/0", "faulty/1"]
+
+    def task_family(self, task_id):
+        return "faulty"
+
+    def _start(self, task_id, options):
+        self.steps, self.breaks = 0, task_id == "faulty/1"
+        return ap_gym.StartResult(f"{task_id}: a room.", "Wait.", score=0.0, max_score=1.0)
+
+    def _advance(self, action):
+        self.steps += 1
+        if self.breaks and self.steps == 2:
+            raise ap_gym.EnvInfrastructureError("the engine died")
+        return ap_gym.StepResult("Still a room.", 0.0)
+
+
+if "test_vector/Faulty-v0" not in gym.registry:
+    gym.register("test_vector/Faulty-v0", entry_point=Faulty, max_episode_steps=10)
+
+
+def test_an_async_sub_env_that_fails_is_an_infrastructure_error_and_reset_recovers():
+    """Issue 42 item 6: async vector envs passed raw BrokenPipeError/EOFError through, and
+    after one sub-env's engine raised, reset() gave AttributeError: 'NoneType' object has
+    no attribute 'send' (sync recovered)."""
+    import os
+    import signal
+
+    envs = ap_gym.make_vec("test_vector/Faulty-v0", 2, vectorization_mode="async")
+    try:
+        envs.reset(seed=0, options={"task_id": "faulty/1"})
+        envs.step(("wait", "wait"))
+        with pytest.raises(ap_gym.EnvInfrastructureError, match="the engine died"):
+            envs.step(("wait", "wait"))
+        obs, _ = envs.reset(seed=0, options={"task_id": "faulty/0"})  # a fresh vector env
+        assert list(obs) == ["faulty/0: a room."] * 2
+        os.kill(envs.unwrapped.processes[0].pid, signal.SIGKILL)  # a worker process dies
+        with pytest.raises(ap_gym.EnvInfrastructureError, match="reset starts it anew"):
+            envs.step(("wait", "wait"))
+        obs, _ = envs.reset(seed=1, options={"task_id": "faulty/0"})
+        assert list(obs) == ["faulty/0: a room."] * 2
+        with pytest.raises(ValueError):  # the caller's own error breaks nothing and stays what it is
+            envs.step(("wait",))
+        envs.step(("wait", "wait"))
+    finally:
+        envs.close()
