@@ -143,15 +143,14 @@ def test_a_hung_model_server_fails_the_run_at_start_within_its_deadline(tmp_path
     (5 attempts of 120 s each, per call)."""
     server = SilentServer()
     try:
-        t = time.monotonic()
         cfg = write_config(tmp_path, policies=[{"name": "no_memory", "options": {"agent": TINY["agent"]}}])
         code = main(["run", str(cfg), "--out", str(tmp_path / "out"), "--backbone", server.url])
-        elapsed = time.monotonic() - t
     finally:
         server.close()
     assert code == 2
-    assert elapsed < 90
-    assert server.url.rsplit("/v1", 1)[0] in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # the start-up check's own deadline (15 s) cut it, not a call's (120 s, five attempts)
+    assert server.url.rsplit("/v1", 1)[0] in err and "at most 15 s each" in err
 
 
 def test_list_shows_a_users_env_and_policy_with_imports(tmp_path, capsys, monkeypatch):

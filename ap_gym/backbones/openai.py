@@ -210,8 +210,9 @@ class OpenAIBackbone:
                 with attempt:
                     return self._once(method, url, payload, deadline_s or self.options.deadline_s)
         except _Retryable as e:
-            raise Unreachable(f"{url} failed after {attempts} attempts ({e}); is the server up? "
-                              "Deadlines and retries: serving: in the config, or --deadline/--retries") from None
+            raise Unreachable(f"{url} failed after {attempts} attempts of at most {deadline_s or self.options.deadline_s:g}"
+                              f" s each ({e}); is the server up? Deadlines and retries: serving: in the config, or "
+                              "--deadline/--retries") from None
         except _Refused as e:
             raise self._refusal(str(e), path, payload) from None
         raise AssertionError("unreachable")

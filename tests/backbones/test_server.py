@@ -73,7 +73,8 @@ def test_a_server_with_its_default_limits_answers_bad_chat_requests_400(default_
 
 def test_standard_routes_score_like_the_backbone_in_process(server, tiny_backbone):
     client = OpenAIBackbone(server.url)
-    assert client.check(scoring=True) == {"model": "tiny", "scoring": "prompt_logprobs", "choice": False}
+    assert client.check(scoring=True) == {"model": "tiny", "scoring": "prompt_logprobs", "search": False,
+                                          "choice": False}
     candidates = ["go north", "look", "take apple from table"]
     remote, local = client.score(MSGS, candidates), tiny_backbone.score(MSGS, candidates)
     assert list(remote.values) == pytest.approx(list(local.values), abs=1e-4)
@@ -120,7 +121,6 @@ def test_an_api_key_is_required_beyond_loopback(tiny_backbone):
 
 def test_a_body_that_never_arrives_is_answered_408(tiny_backbone):
     import socket
-    import time
 
     slow = BackboneServer(tiny_backbone, port=0, body_timeout_s=1.0).start()
     try:
@@ -128,9 +128,8 @@ def test_a_body_that_never_arrives_is_answered_408(tiny_backbone):
         with socket.create_connection((host, int(port)), timeout=10) as s:
             s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       b"Content-Length: 1000\r\n\r\n{\"messages\": ")
-            t = time.monotonic()
             answer = s.recv(4096)
-        assert answer.startswith(b"HTTP/1.1 408") and time.monotonic() - t < 5
+        assert answer.startswith(b"HTTP/1.1 408")
         assert httpx.get(slow.url + "/models").status_code == 200  # the server goes on
     finally:
         slow.stop()

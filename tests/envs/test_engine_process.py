@@ -56,10 +56,8 @@ def test_a_childs_start_up_does_not_count_against_its_first_call():
 
 def test_a_child_that_is_never_ready_is_killed_at_its_start_budget():
     engine = EngineProcess(NeverBuilt, name="Stuck", timeout_s=1, start_timeout_s=2)
-    started = time.monotonic()
     with pytest.raises(EnvInfrastructureError, match="not ready within 2 s"):
         engine.new_game()
-    assert time.monotonic() - started < 20
     assert engine.pid is None
 
 
