@@ -148,6 +148,24 @@ FIXES = (
         "tests/envs/test_base.py::test_a_registered_env_steps_after_a_first_reset_that_raised",
         "tests/memory/test_store.py::test_a_schema_version_that_is_no_number_is_named_as_damage",
         "tests/protocol/test_skills.py::test_export_skips_damaged_rejections")),
+    # Issue 42: each fix's tests against its parent.
+    Fix("42: 1", "a refusal is the prompt's fault only when the prompt did not fit", "0976956^", "0976956", (
+        "tests/backbones/test_openai.py::test_a_refusal_is_the_prompts_fault_only_when_the_prompt_did_not_fit",)),
+    Fix("42: 2", "a kill while a memory is created", "d85f9f7^", "d85f9f7", (
+        "tests/memory/test_store.py::test_a_kill_while_the_memory_is_created_never_blocks_a_resume",
+        "tests/memory/test_store.py::test_a_memory_an_older_ap_gym_left_half_created_is_finished")),
+    Fix("42: 3", "engines outlive the thread that started them", "c6bc98e^", "c6bc98e", (
+        "tests/envs/test_engine_process.py::test_an_engine_started_in_a_short_lived_thread_outlives_the_thread",)),
+    Fix("42: 4", "credentials in a URL", "58c0d59^", "58c0d59", (
+        "tests/test_cli.py::test_a_url_with_credentials_is_refused_and_never_written_or_shown",)),
+    Fix("42: 5", "a misfiled line, a deleted run under a live viewer", "0e17a74^", "8e7db2b", (
+        "tests/view/test_live.py::test_a_misfiled_line_and_a_deleted_run_are_answered_clearly",)),
+    Fix("42: 6", "an async vector env after a failure", "944a76b^", "944a76b", (
+        "tests/test_vector.py::test_an_async_sub_env_that_fails_is_an_infrastructure_error_and_reset_recovers",)),
+    Fix("42: 7, 8, 9", "Ctrl-C, bad sizes, imports edges", "0e17a74^", "0e17a74", (
+        "tests/test_cli.py::test_ctrl_c_ends_a_command_with_one_line_and_no_traceback",
+        "tests/test_bad_sizes.py",
+        "tests/protocol/test_imports.py")),
 )
 
 API_ABSENT = re.compile(
@@ -220,9 +238,11 @@ def run_test(tree: Path, node: str, limit_s: float) -> list[tuple[str, str, str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="run only the fix whose tests commit starts with this")
+    parser.add_argument("--issue", help="run only the fixes of this issue (their items start with '<issue>:')")
     parser.add_argument("--limit", type=float, default=300.0, help="seconds per test function before it counts as hung")
     args = parser.parse_args()
-    fixes = [f for f in FIXES if not args.only or f.tests.startswith(args.only)]
+    fixes = [f for f in FIXES if (not args.only or f.tests.startswith(args.only))
+             and (not args.issue or f.items.startswith(f"{args.issue}:"))]
     table, tally = [], {"failed": 0, "hung": 0, "API absent": 0, "passed": 0, "skipped": 0}
     for fix in fixes:
         before = git("rev-parse", "--short", f"{fix.before}")
@@ -254,9 +274,10 @@ def main() -> None:
         "| items | package at | tests from | test case | before the fix | seconds (its pytest run) | first line of the failure |\n"
         "|---|---|---|---|---|---|---|\n" + "\n".join(table))
     # --only writes a section of its own, so a partial run never replaces the whole table
-    name = "failing_first" + (f"_{args.only}" if args.only else "")
+    name = "failing_first" + (f"_{args.only}" if args.only else "") + (f"_issue{args.issue}" if args.issue else "")
     emit(name, "`failing_first.py`: each fix's tests against the code before it"
-         + (f" (the fix tested by {args.only})" if args.only else ""), body)
+         + (f" (the fix tested by {args.only})" if args.only else "")
+         + (f" (the fixes of issue {args.issue})" if args.issue else ""), body)
 
 
 if __name__ == "__main__":

@@ -959,6 +959,195 @@ def _jvm_heap() -> str:
     return f"handled|{heap[0]}" if heap else "silently wrong|no heap limit"
 
 
+# ------------------------------------------------------- reliability IV (issue 42)
+def _value_error(fn: Callable[[], Any]) -> str:
+    """A bad argument refused with a ValueError that says what is expected: a clear error."""
+    try:
+        fn()
+    except ValueError as e:
+        return f"clear error|{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    return "silently wrong|accepted"
+
+
+def _scripted(answers: list[Any]) -> Any:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.backbones.test_openai import Scripted
+
+    return Scripted(answers)
+
+
+_CARD = (200, {}, {"data": [{"id": "m", "max_model_len": 4096}]})
+_TOO_LONG = (400, {}, {"message": "This model's maximum context length is 4096 tokens. However, you requested 9000"})
+for _name, _answers, _expected in [
+    ("a 400 for a max_tokens no prompt fits", [_CARD, _TOO_LONG, _CARD, (200, {}, {"tokens": [1] * 200})], "infra"),
+    ("a 400 naming a parameter with 'context' in it", [_CARD, (400, {}, {"message": "bad context_length_penalty"}),
+                                                       _CARD, (200, {}, {"tokens": [1] * 200})], "infra"),
+    ("a 422 rate limit on input tokens", [_CARD, (422, {}, {"message": "too many input tokens per minute"}),
+                                          _CARD, (200, {}, {"tokens": [1] * 30})], "infra"),
+    ("a 400 from a server that declares no context", [(200, {}, {"data": [{"id": "m"}]}), _TOO_LONG], "infra"),
+    ("a prompt that overflows the declared context", [_CARD, _TOO_LONG, _CARD, (200, {}, {"tokens": [1] * 4090})],
+     "prompt"),
+]:
+    def _refusal(answers: list[Any] = _answers, expected: str = _expected) -> str:
+        from ap_gym.backbones import GenerationConfig, OpenAIBackbone
+        from ap_gym.errors import BackboneError, PromptRejected
+
+        server = _scripted(answers)
+        try:
+            OpenAIBackbone(server.url, retries=0, backoff_s=0.01).generate(
+                [{"role": "user", "content": "go"}], GenerationConfig(max_new_tokens=64))
+        except PromptRejected as e:
+            return "handled|the prompt's fault" if expected == "prompt" else f"silently wrong|filed as the method's: {e}"
+        except BackboneError as e:
+            return "handled|infrastructure" if expected == "infra" else f"silently wrong|filed as infrastructure: {e}"
+        finally:
+            server.close()
+        return "silently wrong|no error"
+
+    fault("reliability", _name)(_refusal)
+
+
+@fault("reliability", "SIGKILL while a memory database is created, then resume", 120)
+def _kill_at_creation() -> str:
+    import subprocess
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from ap_gym.memory import MemoryDB
+    from tests.memory.test_store import KILL_AT_META
+
+    path = TMP / "created" / "memory.sqlite"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-c", KILL_AT_META, str(path)], capture_output=True, timeout=120)
+    db = MemoryDB(path, embedding_dim=4)
+    ok = db.meta("app") == "ap-gym memory"
+    db.close()
+    return "handled|resumed" if ok else "data loss|unreadable"
+
+
+class _Echo:
+    def echo(self, text: str) -> str:
+        return text
+
+
+@fault("reliability", "an engine started from a short-lived thread", 120)
+def _engine_thread() -> str:
+    from ap_gym.envs.engine_process import EngineProcess
+
+    engine = EngineProcess(_Echo, name="Echo", timeout_s=30)
+    try:
+        thread = threading.Thread(target=engine.new_game)
+        thread.start()
+        thread.join()
+        time.sleep(0.5)
+        return "handled|it still answers" if engine.call("echo", "x") == "x" else "silently wrong|another answer"
+    finally:
+        engine.close(kill=True)
+
+
+for _name, _where in [("--backbone", "backbone"), ("--embedder", "embedder"), ("backbones:", "backbones")]:
+    def _credentials(where: str = _where) -> str:
+        from ap_gym.protocol import RunConfig
+
+        url = "http://bob:s3cret@203.0.113.5:8000/v1"
+        change = {"backbones": {"a": url}} if where == "backbones" else {where: url}
+        try:
+            RunConfig.from_dict(_config(**change))
+        except APGymError as e:
+            return "silently wrong|the password shown" if "s3cret" in str(e) else f"clear error|{str(e)[:100]}"
+        return "silently wrong|accepted"
+
+    fault("reliability", f"user:password@ in a URL ({_name})")(_credentials)
+
+
+@fault("reliability", "an async vector env after a sub-env's engine raised", 120)
+def _async_after_failure() -> str:
+    import ap_gym
+    from ap_gym.errors import EnvInfrastructureError
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import tests.test_vector  # noqa: F401  (registers test_vector/Faulty-v0)
+
+    envs = ap_gym.make_vec("test_vector/Faulty-v0", 2, vectorization_mode="async")
+    try:
+        envs.reset(seed=0, options={"task_id": "faulty/1"})
+        envs.step(("wait", "wait"))
+        with contextlib.suppress(EnvInfrastructureError):
+            envs.step(("wait", "wait"))
+        envs.reset(seed=0, options={"task_id": "faulty/0"})
+        return "handled|an infrastructure error, then a reset that works"
+    finally:
+        envs.close()
+
+
+for _name, _kwargs in [("make_vec(n=0)", {"num_envs": 0}), ("group_size=0", {"num_envs": 4, "group_size": 0}),
+                       ("group_size=-2", {"num_envs": 4, "group_size": -2}),
+                       ("tasks=[]", {"num_envs": 2, "group_size": 2, "tasks": []}),
+                       ("tasks='dial/1'", {"num_envs": 2, "group_size": 2, "tasks": "dial/1"}),
+                       ("max_episode_steps=-1", {"num_envs": 2, "max_episode_steps": -1}),
+                       ("admissible_commands='no'", {"num_envs": 1, "admissible_commands": "no"})]:
+    def _size(kwargs: dict[str, Any] = _kwargs) -> str:
+        import ap_gym
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from tests.helpers import register_dial
+
+        return _value_error(lambda: ap_gym.make_vec(register_dial(), split="train", **kwargs))
+
+    fault("reliability", _name)(_size)
+
+
+@fault("reliability", "policy_defaults: {agnet: ...}")
+def _typo_default() -> str:
+    from ap_gym.protocol import RunConfig
+
+    RunConfig.from_dict(_config(policy_defaults={"agnet": {"action_mode": "react"}}))
+    return "silently wrong|dropped"
+
+
+@fault("reliability", "sequence_logprobs with an id outside the vocabulary; an empty completion")
+def _bad_ids() -> str:
+    from ap_gym.backbones.hf import TransformersBackbone, tiny_llama
+
+    model, tokenizer = tiny_llama(seed=0)
+    backbone = TransformersBackbone(model, tokenizer=tokenizer)
+    first = _value_error(lambda: backbone.sequence_logprobs([[1, 2]], [[10 ** 7]]))
+    second = _value_error(lambda: backbone.token_logprobs([{"role": "user", "content": "hi"}], ""))
+    return first if first.startswith("silently") else second
+
+
+for _name, _module, _text in [("imports: a module that calls sys.exit(0)", "ff_exits", "import sys\nsys.exit(0)\n"),
+                              ("imports: a module that loops at import", "ff_loops", "while True:\n    pass\n"),
+                              ("imports: a module that takes over ap_gym/TextWorld-v0", "ff_takes",
+                               "import gymnasium as gym\nfrom ap_gym.envs.shop import ShopEnv\n"
+                               "gym.register('ap_gym/TextWorld-v0', entry_point=ShopEnv)\n"),
+                              ("imports: ../../etc/passwd", "../../etc/passwd", "")]:
+    def _imports(module: str = _module, text: str = _text) -> str:
+        from ap_gym.protocol.config import import_modules
+
+        if text:
+            (TMP / f"{module}.py").write_text(text)
+            sys.path.insert(0, str(TMP))
+        import_modules([module], timeout_s=2)
+        return "silently wrong|imported"
+
+    fault("reliability", _name, 30)(_imports)
+
+
+@fault("reliability", "Ctrl-C in ap-gym demo", 180)
+def _ctrl_c() -> str:
+    import os
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-m", "ap_gym.cli", "demo", "--backbone", "tiny", "--tasks", "1",
+                             "--benchmarks", "textworld", "--out", str(TMP / "demo")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    return "crash|a traceback" if "Traceback" in err else f"handled|exit {proc.returncode}"
+
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._bench import emit  # noqa: E402
 
@@ -966,7 +1155,7 @@ from benchmarks._bench import emit  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="one category (configs, stores, results, backbones, server, envs, runs, "
-                        "exposure, substitutions, served, viewer)")
+                        "exposure, substitutions, served, viewer, reliability)")
     parser.add_argument("--json", help="also write every outcome here")
     args = parser.parse_args()
     outcomes = [attempt(c, n, fn, limit) for c, n, fn, limit in FAULTS if not args.only or c == args.only]
