@@ -428,6 +428,38 @@ class TransformersBackbone:
             out.append(torch.log_softmax(span, -1).gather(1, targets[:, None])[:, 0])
         return out
 
+    def candidate_logprobs(self, prompt: Sequence[int], cand_ids: Sequence[Sequence[int]]) -> list[Any]:
+        """Each candidate's per-token log-probabilities after ``prompt``, with gradients, in one
+        forward pass: the prompt, then every candidate packed after it (each sees the prompt
+        and its own earlier tokens; positions restart after the prompt), as ``score`` packs
+        them. The same numbers as :meth:`sequence_logprobs` over ``[prompt] * n`` (a test
+        checks it), at the cost of the prompt once instead of once per candidate: what a
+        policy gradient over the admissible commands needs at every decision."""
+        import torch
+
+        if not prompt or not cand_ids or any(not c for c in cand_ids):
+            raise ValueError("a prompt and candidates of at least one token each")
+        prefix = len(prompt)
+        tokens, positions, spans = pack(cand_ids, range(len(cand_ids)), prefix)
+        n = len(tokens)
+        if prefix + n > self.max_context:
+            raise ValueError(f"the prompt and the packed candidates hold {prefix + n} tokens, past the context "
+                             f"({self.max_context})")
+        top = torch.zeros(prefix, prefix + n, dtype=torch.bool, device=self.device)
+        top[:, :prefix] = torch.ones(prefix, prefix, dtype=torch.bool, device=self.device).tril()
+        mask = torch.cat([to_additive(top, self.model.dtype).to(self.device),
+                          candidate_mask(spans, prefix, n, self.model.dtype, self.device)])
+        ids = torch.tensor([list(prompt) + tokens], device=self.device)
+        position_ids = torch.tensor([list(range(prefix)) + positions], device=self.device)
+        logits = self.model(input_ids=ids, attention_mask=mask[None, None], position_ids=position_ids,
+                            use_cache=False).logits[0].float()
+        logp = torch.log_softmax(logits, -1)
+        out = []
+        for c, (off, length) in zip(cand_ids, spans, strict=True):
+            rows = torch.cat([logp[prefix - 1: prefix], logp[prefix + off: prefix + off + length]])
+            out.append(rows.gather(1, torch.tensor(list(c), device=self.device)[:, None])[:, 0])
+        return out
+
     def token_logprobs(self, messages: Sequence[Message], completion: str | Sequence[int]) -> Any:
         """Per-token log-probabilities of ``completion`` (text, or token ids) as the
         assistant's reply to ``messages``, with gradients; ``.sum()`` equals

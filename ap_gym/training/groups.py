@@ -207,6 +207,6 @@ def chosen_logprob(backbone: TransformersBackbone, decision: Decision, temperatu
 
     cand_ids = backbone.candidate_ids(decision.candidates)
     prompt, _ = backbone.encode_prompt(decision.messages, max(len(c) for c in cand_ids) + 1)
-    seqs = backbone.sequence_logprobs([prompt] * len(cand_ids), cand_ids)
+    seqs = backbone.candidate_logprobs(prompt, cand_ids)  # the prompt once, the candidates packed after it
     logits = torch.stack([s.sum() for s in seqs]) / temperature
     return torch.log_softmax(logits, -1)[decision.chosen]

@@ -150,3 +150,23 @@ def test_nan_scores_are_an_infrastructure_failure_of_the_step(tiny_backbone):
     agent.begin("obs", info)
     with pytest.raises(BackboneError, match="not finite"):
         agent.act("obs", info)
+
+
+def test_packed_candidate_logprobs_equal_one_row_per_candidate_with_gradients():
+    """The policy gradient's packed pass (the prompt once, candidates after it) against the
+    plain one it replaces (the prompt repeated per candidate): the same numbers, and the
+    same gradients."""
+    model, tokenizer = tiny_llama(seed=6)
+    backbone = TransformersBackbone(model, tokenizer=tokenizer)
+    prompt, _ = backbone.encode_prompt(MESSAGES, 8)
+    cands = backbone.candidate_ids(["go north", "take the red apple from the table", "look", "open door"])
+    packed = backbone.candidate_logprobs(prompt, cands)
+    plain = backbone.sequence_logprobs([prompt] * len(cands), cands)
+    for a, b in zip(packed, plain, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    grads = []
+    for rows in (packed, plain):
+        model.zero_grad()
+        torch.log_softmax(torch.stack([r.sum() for r in rows]), -1)[1].backward(retain_graph=True)
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-5)
