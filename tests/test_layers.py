@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ap_gym"
 
 #: Modules anyone may import: they import nothing of ap-gym above them.
-CORE = ("types", "errors", "paths", "options", "text", "prompts", "seeding", "processes", "net")
+CORE = ("types", "errors", "paths", "options", "text", "prompts", "seeding", "processes", "net", "trainlog")
 
 
 @dataclass(frozen=True)
@@ -232,7 +232,8 @@ def markdown() -> str:
         imports = "everything" if "*" in layer.imports else ", ".join(f"`{i}`" for i in sorted(layer.imports)) or "nothing"
         rows.append(f"| `{layer.place}` | {imports} | {layer.why} |")
     rows.append(f"| core leaves: {', '.join(f'`{c}`' for c in CORE)} | nothing of ap-gym above them | shared records, "
-                "errors, paths, option base, text rules, prompt pieces, seeds, child processes, network rules |")
+                "errors, paths, option base, text rules, prompt pieces, seeds, child processes, network rules, the "
+                "training log format |")
     return "\n".join(rows)
 
 
