@@ -186,8 +186,10 @@ class Memory:
         """The abstractions that were in the prompts of the records ``sources``."""
         return sorted({p for r in self.trajectories.get(sources) for p in r.abstraction_ids})
 
-    def add_abstraction(self, text: str, kind: str, vec: np.ndarray, sources: list[int]) -> int:
+    def add_abstraction(self, text: str, kind: str, vec: np.ndarray, sources: list[int],
+                        flags: dict[str, Any] | None = None) -> int:
         """Store an abstraction with its provenance: ``sources`` are the records it was
-        synthesised from, and its parents the abstractions in those records' prompts."""
+        synthesised from, and its parents the abstractions in those records' prompts
+        (``flags``: what else the audit reads, such as the randomised-exposure coin)."""
         return self.abstractions.add(text=text, kind=kind, embedding=vec, iteration=self.iteration,
-                                     sources=sources, parents=self.parents_of(sources))
+                                     sources=sources, parents=self.parents_of(sources), flags=flags)

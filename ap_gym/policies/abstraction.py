@@ -30,6 +30,9 @@ def show_abstractions(task: TaskContext, k: int, allowed: Sequence[int] | None, 
     hits = abstractions.nearest(task.vec, k, allowed)
     texts = {a.id: a.text for a in abstractions.get([i for i, _ in hits])}
     shown = [(i, texts[i]) for i, _ in hits if i in texts]
+    if task.withhold:  # the randomised-exposure coin: retrieved, recorded, not shown
+        task.decisions.setdefault("withheld_abstractions", []).extend(i for i, _ in shown)
+        return []
     task.in_prompt += [i for i, _ in shown]
     task.decisions["retrieved_abstractions"] = [i for i, _ in shown]
     return [(header, sep.join(t for _, t in shown))] if shown else []

@@ -78,6 +78,11 @@ class TaskContext:
     judge: Synthesiser | None = None
     #: ids of the stored abstractions shown in this task's prompt (their provenance).
     in_prompt: list[int] = field(default_factory=list)
+    #: the randomised-exposure coin said to withhold the stored abstractions retrieved for
+    #: this task (they are recorded as ``withheld_abstractions``, never shown).
+    withhold: bool = False
+    #: what the coin decided, recorded with every abstraction synthesised from this task.
+    exposure: dict[str, Any] | None = None
     #: what a design keeps from ``guidance`` for ``learn`` (never beyond the episode).
     state: dict[str, Any] = field(default_factory=dict)
 
@@ -112,11 +117,12 @@ class TaskContext:
     def keep_abstraction(self, text: str, episode: Episode, sources: list[int], vec: np.ndarray,
                          kind: str) -> int | None:
         """Admit and store ``text`` with its provenance; a rejection is recorded."""
+        exposure = {"exposure": self.exposure} if self.exposure is not None else {}
         if not self.admit(text, episode):  # kept with its provenance: the audit counts it (alpha, eta)
             self.decisions.setdefault("rejected_abstractions", []).append(
-                {"text": text, "sources": list(sources), "parents": self.memory.parents_of(sources)})
+                {"text": text, "sources": list(sources), "parents": self.memory.parents_of(sources), **exposure})
             return None
-        return self.memory.add_abstraction(text, kind, vec, sources)
+        return self.memory.add_abstraction(text, kind, vec, sources, flags=exposure or None)
 
 
 @runtime_checkable

@@ -40,6 +40,7 @@ from ap_gym.options import Options
 from ap_gym.policies.design import Admission, Design, Synthesiser, TaskContext
 from ap_gym.policies.react import AgentConfig, ReActAgent
 from ap_gym.policies.registry import register_policy, spec_of
+from ap_gym.seeding import derived_rng
 from ap_gym.types import Embedder, Episode, PolicyTrace, Usage
 
 __all__ = ["MEMORY_NEEDS", "MEMORY_SUPPORTS", "MemoryConfig", "MemoryPolicy", "design_policy", "policy_of",
@@ -92,6 +93,12 @@ class MemoryPolicy:
             (``None``: all of them).
         admission: a judge for new abstractions (``None`` admits all).
         judge_backbone: the LLM judge's own backbone (default: the acting one).
+        randomise_exposure: in training, the chance that a task's retrieved stored
+            abstractions are withheld from its prompt (a recorded coin, drawn from the seed,
+            the iteration and the records so far): the abstractions synthesised from its
+            record then have no parents, and the audit compares the coin's two arms among
+            the invocations a flagged abstraction would have reached, a randomised contrast
+            (the protocol's ``audit: {randomise_exposure: p}``). 0: never (the paper's).
     """
 
     def __init__(
@@ -108,7 +115,10 @@ class MemoryPolicy:
         frozen_budget: int | None = 5,
         admission: Admission | str | None = None,
         judge_backbone: Backbone | None = None,
+        randomise_exposure: float = 0.0,
     ) -> None:
+        if not 0.0 <= randomise_exposure <= 1.0:
+            raise ValueError(f"randomise_exposure is a probability, not {randomise_exposure!r}")
         if isinstance(admission, str) and admission != "llm":
             raise ValueError("admission must be a callable, 'llm' or None")
         if judge_backbone is not None and admission != "llm":
@@ -131,6 +141,7 @@ class MemoryPolicy:
         self.frozen = FrozenLayer(frozen_abstractions, frozen_budget, embedder)
         self.admission = admission
         self.judge_backbone = judge_backbone
+        self.randomise_exposure = randomise_exposure
         self._task: TaskContext | None = None
 
     # ------------------------------------------------------------ plumbing
@@ -195,12 +206,27 @@ class MemoryPolicy:
         if self.frozen:
             blocks.append((FROZEN_HEADER, self.frozen.shown(task.vec if task is not None else None)))
         if task is not None:
+            self._flip(task)
             blocks += self.design.guidance(task)
+            if task.exposure is not None:
+                task.exposure["would_be_parents"] = list(task.in_prompt) + \
+                    list(agent.decisions.get("withheld_abstractions", []))
+                agent.decisions["exposure"] = dict(task.exposure)
         guidance = "\n\n".join(f"## {h}\n{t}" for h, t in blocks if t) or None
         agent.decisions["guidance"] = guidance
         agent.decisions["abstractions_in_prompt"] = list(task.in_prompt) if task is not None else []
         agent.decisions["same_task_records_retrieved"] = self.memory.same_task_retrieved
         agent.start(observation, info, guidance)
+
+    def _flip(self, task: TaskContext) -> None:
+        """The randomised-exposure coin of a training task (see ``randomise_exposure``): drawn
+        from the seed, the iteration and the records stored so far, so a resumed iteration
+        draws the same coins."""
+        if not self.training or self.randomise_exposure <= 0:
+            return
+        draw = derived_rng(self.memory.seed, "exposure", self.memory.iteration, len(self.memory.trajectories)).random()
+        task.withhold = draw < self.randomise_exposure
+        task.exposure = {"coin": "withhold" if task.withhold else "expose", "p": self.randomise_exposure}
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         return self.agent.act(observation, info)

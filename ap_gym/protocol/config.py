@@ -25,7 +25,7 @@ from ap_gym.backbones.openai import ServingOptions
 from ap_gym.errors import APGymError
 from ap_gym.net import refuse_userinfo
 
-__all__ = ["EXECUTION_KEYS", "ConfigError", "PolicySpec", "RunConfig", "import_modules"]
+__all__ = ["EXECUTION_KEYS", "AuditOptions", "ConfigError", "PolicySpec", "RunConfig", "import_modules"]
 
 #: config keys that change how or where a run executes, not what it computes: a run may
 #: be resumed with other values (say, started locally and finished on Ray, or moved).
@@ -138,6 +138,22 @@ class PolicySpec(BaseModel):
 Serving = ServingOptions
 
 
+class AuditOptions(BaseModel):
+    """What a run records for the error-reproduction audit beyond the paper's provenance.
+
+    Attributes:
+        randomise_exposure: the chance, per training task of a memory policy, that the
+            stored abstractions retrieved for it are withheld from its prompt by a recorded
+            coin: the audit then estimates the effect of exposure to a flagged abstraction
+            from a randomised contrast (the coin's two arms), which confounding by task
+            family, difficulty or drift cannot bias. 0 (the default): the paper's runs.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    randomise_exposure: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
 class RunConfig(BaseModel):
     """Everything that defines a run; saved whole with its results.
 
@@ -186,6 +202,8 @@ class RunConfig(BaseModel):
         retries: re-runs of an episode that ended in an infrastructure failure.
         train_stateless: run training episodes for policies that do not learn, too.
         env_options: keyword arguments per benchmark for ``gym.make``.
+        audit: what the run records for the audit beyond provenance (:class:`AuditOptions`:
+            randomised exposure).
         out: the results root.
     """
 
@@ -216,6 +234,7 @@ class RunConfig(BaseModel):
     retries: int = Field(default=2, ge=0)
     train_stateless: bool = False
     env_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    audit: AuditOptions = Field(default_factory=AuditOptions)
     out: str = "results"
 
     @field_validator("name")
@@ -415,7 +434,7 @@ class RunConfig(BaseModel):
         A key added to ap-gym later, left at its default, is left out too: a run started
         before the key existed resumes under the version that added it.
         """
-        defaults = {"eval_before_training": False, "judges": None}
+        defaults = {"eval_before_training": False, "judges": None, "audit": AuditOptions().model_dump()}
         out = {k: v for k, v in self.to_dict().items()
                if k not in EXECUTION_KEYS and not (k in defaults and v == defaults[k])}
         # the limits that ran: a run saved with max_steps: 50 resumes with the registration's 50

@@ -217,6 +217,8 @@ def build_policy(spec: PolicySpec, config: RunConfig, db_path: Path, seed: int, 
 
         options["frozen_abstractions"] = skills_for(options["frozen_abstractions"], benchmark or "", backbone_label,
                                                     seed)
+    if config.audit.randomise_exposure and "randomise_exposure" in info.option_names():
+        options.setdefault("randomise_exposure", config.audit.randomise_exposure)
     return info.factory(**{**provided, **options})
 
 

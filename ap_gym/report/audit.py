@@ -259,16 +259,31 @@ class Invocation:
     admitted: bool
     sources: tuple[int, ...] = ()
     family: str = ""
+    #: the randomised-exposure coin of the task it came from (``expose``/``withhold``), and
+    #: the stored abstractions that task retrieved (its parents had the coin said expose)
+    coin: str | None = None
+    would_be_parents: tuple[int, ...] = ()
+
+
+def _coin(exposure: Any) -> tuple[str | None, tuple[int, ...]]:
+    """The coin and the would-be parents of an exposure record (``None`` when there is none)."""
+    if not isinstance(exposure, Mapping) or exposure.get("coin") not in ("expose", "withhold"):
+        return None, ()
+    return str(exposure["coin"]), tuple(_ints(exposure.get("would_be_parents")))
 
 
 @dataclass(frozen=True)
 class Unit:
-    """One invocation as the audit counts it: exposed (a flagged parent), flagged, admitted."""
+    """One invocation as the audit counts it: exposed (a flagged parent), flagged, admitted;
+    with randomised exposure, its coin and whether a flagged abstraction was among what its
+    task retrieved (``reachable``: the population the randomised contrast is over)."""
 
     exposed: bool
     flagged: bool
     admitted: bool
     family: str = ""
+    coin: str | None = None
+    reachable: bool = False
 
 
 @dataclass(frozen=True)
@@ -342,12 +357,16 @@ class AuditRow:
             n = [x for x in unexposed if x.family == family]
             strata.append((sum(x.flagged for x in e), len(e), sum(x.flagged for x in n), len(n)))
         flagged_exposed = [x for x in exposed if x.flagged]
+        shown = [x for x in u if x.reachable and x.coin == "expose"]
+        withheld = [x for x in u if x.reachable and x.coin == "withhold"]
         return {
             "q": proportion(len(exposed), len(u)),
             "alpha": proportion(k1, len(exposed)),
             "beta": proportion(k0, len(unexposed)),
             "gap": difference(k1, len(exposed), k0, len(unexposed)),
             "stratified_gap": mantel_haenszel(strata),
+            "randomised_gap": difference(sum(x.flagged for x in shown), len(shown),
+                                         sum(x.flagged for x in withheld), len(withheld)),
             "eta": proportion(sum(x.admitted for x in flagged_exposed), len(flagged_exposed)),
             "joint": proportion(sum(x.admitted for x in flagged_exposed), len(u)),
         }
@@ -393,7 +412,10 @@ def audit_labelled(setting: str, abstractions: Sequence[Any], labeller: Callable
     """:func:`audit`, and each stored abstraction's label (each text is labelled once).
 
     A stored abstraction that maintenance pruned counts as not admitted: it did not stay.
-    Its family is its first source record's (``sources`` carries them).
+    Its family is its first source record's (``sources`` carries them). An abstraction that
+    no synthesis made (it has no source record: seeded into the memory, given) is labelled
+    and can be a parent, but is no synthesis invocation: counting it as one made beta the
+    seeded share.
     """
     sources = sources or {}
 
@@ -405,21 +427,25 @@ def audit_labelled(setting: str, abstractions: Sequence[Any], labeller: Callable
 
     labels = {a.id: label(a.text, a.sources) for a in abstractions}
     flags = {i: lab.flagged for i, lab in labels.items()}
-    exposed = [a for a in abstractions if any(flags.get(p, False) for p in a.parents)]
-    unexposed = [a for a in abstractions if a not in exposed]
+    synthesised = [a for a in abstractions if a.sources]
+    exposed = [a for a in synthesised if any(flags.get(p, False) for p in a.parents)]
+    unexposed = [a for a in synthesised if a not in exposed]
     pruned = {a.id for a in abstractions if isinstance(a.flags, Mapping) and a.flags.get("pruned")}
-    invocations = [Invocation(a.text, tuple(a.parents), a.id not in pruned, tuple(a.sources), family(a.sources))
-                   for a in abstractions]
+    invocations = [Invocation(a.text, tuple(a.parents), a.id not in pruned, tuple(a.sources), family(a.sources),
+                              *_coin(a.flags.get("exposure") if isinstance(a.flags, Mapping) else None))
+                   for a in synthesised]
     if isinstance(rejected, int):
         invocations += [Invocation("", (), False)] * rejected
         rejected_labels = [Label(False)] * rejected
     else:
         extra = [inv if inv.family or not inv.sources else
-                 Invocation(inv.text, inv.parents, inv.admitted, inv.sources, family(inv.sources)) for inv in rejected]
+                 Invocation(inv.text, inv.parents, inv.admitted, inv.sources, family(inv.sources), inv.coin,
+                            inv.would_be_parents) for inv in rejected]
         invocations += extra
         rejected_labels = [label(inv.text, inv.sources) for inv in extra]
-    all_labels = [labels[a.id] for a in abstractions] + rejected_labels
-    units = tuple(Unit(any(flags.get(p, False) for p in inv.parents), lab.flagged, inv.admitted, inv.family)
+    all_labels = [labels[a.id] for a in synthesised] + rejected_labels
+    units = tuple(Unit(any(flags.get(p, False) for p in inv.parents), lab.flagged, inv.admitted, inv.family, inv.coin,
+                       any(flags.get(p, False) for p in inv.would_be_parents))
                   for inv, lab in zip(invocations, all_labels, strict=True))
     reasons: dict[str, int] = {}
     for lab in labels.values():
@@ -433,7 +459,7 @@ def audit_labelled(setting: str, abstractions: Sequence[Any], labeller: Callable
         flagged_given_flagged_parent=sum(flags[a.id] for a in exposed),
         without_flagged_parent=len(unexposed),
         flagged_given_no_flagged_parent=sum(flags[a.id] for a in unexposed),
-        rejected=len(invocations) - len(abstractions),
+        rejected=len(invocations) - len(synthesised),
         invocations=len(invocations),
         exposed_invocations=sum(x.exposed for x in units),
         flagged_exposed_invocations=sum(x.exposed and x.flagged for x in units),
@@ -460,7 +486,7 @@ def rejected_invocations(items: Iterable[tuple[str, Any]]) -> list[Invocation]:
     for family, item in items:
         if isinstance(item, Mapping):
             out.append(Invocation(str(item.get("text") or ""), tuple(_ints(item.get("parents"))), False,
-                                  tuple(_ints(item.get("sources"))), family))
+                                  tuple(_ints(item.get("sources"))), family, *_coin(item.get("exposure"))))
         else:
             out.append(Invocation(str(item), (), False, (), family))
     return out

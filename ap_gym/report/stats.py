@@ -3,8 +3,9 @@
 * :func:`wilson`: the 95 % Wilson interval of a success rate (honest at 0/n and n/n).
 * :class:`Estimate` with :func:`proportion` (Wilson), :func:`difference` (Newcombe's
   hybrid score interval of a difference of two proportions) and :func:`mantel_haenszel`
-  (the Mantel-Haenszel risk difference over strata, Sato's variance): the audit's
-  estimates, each with its 95 % interval.
+  (the Mantel-Haenszel risk difference over strata, a stratified Newcombe interval): the
+  audit's estimates, each with its 95 % interval, inside [-1, 1] and never of zero width
+  (an interval that cannot be had is said to be "not estimable").
 * :func:`mean_std`: a mean and a sample standard deviation (over seeds).
 * :func:`paired_stats`: setting-level statistics, labelled exploratory as in the paper.
   Per baseline: the paired differences (method - baseline, in points) over settings;
@@ -48,9 +49,17 @@ class Estimate:
     def excludes_zero(self) -> bool:
         return self.low > 0 or self.high < 0
 
+    @property
+    def estimable(self) -> bool:
+        """Whether the interval says anything: a value, and an interval of some width (a
+        zero-width one comes from zero variance, not from certainty)."""
+        return not math.isnan(self.value) and not math.isnan(self.low) and self.high > self.low
+
     def __str__(self) -> str:
         if math.isnan(self.value):
             return "n/a"
+        if not self.estimable:
+            return f"{self.value:.2f} (interval not estimable)"
         return f"{self.value:.2f} [{self.low:.2f}, {self.high:.2f}]"
 
 
@@ -78,24 +87,33 @@ def difference(k1: int, n1: int, k0: int, n0: int) -> Estimate:
 
 def mantel_haenszel(strata: Sequence[tuple[int, int, int, int]], z: float = 1.96) -> Estimate:
     """The Mantel-Haenszel risk difference over strata ``(a, n1, b, n0)`` (``a`` events among
-    ``n1`` exposed, ``b`` among ``n0`` unexposed), with Sato's (1989) variance, which holds
-    for many sparse strata as for few large ones. A stratum without both exposed and
+    ``n1`` exposed, ``b`` among ``n0`` unexposed), with a stratified Newcombe interval: each
+    arm's MH-weighted rate gets a Wilson interval at its effective size (``1 / sum(w^2/n)``
+    with the normalised weights), and the two combine as in :func:`difference`. So the
+    interval keeps its width at zero events (Sato's variance is 0 there: a ``[0.00, 0.00]``
+    that claimed certainty) and stays inside [-1, 1]. A stratum without both exposed and
     unexposed units carries no weight; with none left there is no estimate."""
-    w_sum = num = p_sum = q_sum = 0.0
-    for a, n1, b, n0 in strata:
-        n = n1 + n0
-        if n1 == 0 or n0 == 0:
-            continue
-        w_sum += n1 * n0 / n
-        num += (a * n0 - b * n1) / n
-        p_sum += (n1 * n1 * b - n0 * n0 * a + n1 * n0 * (n0 - n1) / 2) / (n * n)
-        q_sum += (a * (n0 - b) + b * (n1 - a)) / (2 * n)
-    if w_sum == 0:
+    kept = [(a, n1, b, n0) for a, n1, b, n0 in strata if n1 > 0 and n0 > 0]
+    weights = [n1 * n0 / (n1 + n0) for _, n1, _, n0 in kept]
+    total = sum(weights)
+    if total == 0:
         return NO_DATA
-    rd = num / w_sum
-    var = max(0.0, (rd * p_sum + q_sum) / (w_sum * w_sum))
-    half = z * math.sqrt(var)
-    return Estimate(rd, rd - half, rd + half)
+    w = [x / total for x in weights]
+    p1 = sum(wi * a / n1 for wi, (a, n1, _, _) in zip(w, kept, strict=True))
+    p0 = sum(wi * b / n0 for wi, (_, _, b, n0) in zip(w, kept, strict=True))
+    n1_eff = 1.0 / sum(wi * wi / n1 for wi, (_, n1, _, _) in zip(w, kept, strict=True))
+    n0_eff = 1.0 / sum(wi * wi / n0 for wi, (_, _, _, n0) in zip(w, kept, strict=True))
+    l1, u1 = _wilson_rate(p1, n1_eff, z)
+    l0, u0 = _wilson_rate(p0, n0_eff, z)
+    d = p1 - p0
+    return Estimate(d, d - math.sqrt((p1 - l1) ** 2 + (u0 - p0) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p0 - l0) ** 2))
+
+
+def _wilson_rate(p: float, n: float, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson interval of a rate ``p`` observed over (an effective) ``n``."""
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(max(0.0, p * (1 - p)) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:

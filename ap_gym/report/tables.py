@@ -33,6 +33,8 @@ TABLE7_SIZE = 7
 CHOOSE_MARK = "†"
 IDENTICAL_MARK = "‡"
 CONSTRAINED_MARK = "§"
+#: The audit's estimates, in the table's order (see :meth:`~ap_gym.report.audit.AuditRow.estimates`).
+ESTIMATES = ("q", "alpha", "beta", "gap", "stratified_gap", "randomised_gap", "eta", "joint")
 
 
 @dataclass(frozen=True)
@@ -275,12 +277,22 @@ def setting_stats(r: Results) -> list[Table]:
             f"{TABLE7_SIZE - len(PAPER_BASELINES)} that the paper's sources do not name. With few settings these "
             "are descriptive, not population claims; n/a needs at least 2 settings.")
 
+    def interval(x: Any) -> str:
+        if math.isnan(x.ci_low):
+            return "n/a"
+        return "not estimable (equal differences)" if x.ci_high <= x.ci_low else f"[{x.ci_low:.1f}, {x.ci_high:.1f}]"
+
     def table(name: str, title: str, labels: list[str], intro: str) -> Table:
         base = {m: {s: mean[(s, m)] for s in r.settings if (s, m) in mean} for m in labels}
-        rows = [[x.baseline, x.n, x.mean_diff, f"{x.positive}/{x.n}",
-                 "n/a" if math.isnan(x.ci_low) else f"[{x.ci_low:.1f}, {x.ci_high:.1f}]",
-                 x.t_p, x.t_p_holm, x.wilcoxon_p, x.wilcoxon_p_holm] for x in paired_stats(ours, base)]
-        return Table(name, title, header, rows, intro)
+        found = paired_stats(ours, base)
+        rows = [[x.baseline, x.n, x.mean_diff, f"{x.positive}/{x.n}", interval(x), x.t_p, x.t_p_holm, x.wilcoxon_p,
+                 x.wilcoxon_p_holm] for x in found]
+        data = [[x.baseline, x.n, x.mean_diff, x.positive, *((x.ci_low, x.ci_high) if x.ci_high > x.ci_low else
+                                                               (math.nan, math.nan)),
+                 x.t_p, x.t_p_holm, x.wilcoxon_p, x.wilcoxon_p_holm] for x in found]
+        return Table(name, title, header, rows, intro,
+                     ["baseline", "settings", "mean_diff_pts", "positive", "ci_low", "ci_high", "t_p", "t_p_holm",
+                      "wilcoxon_p", "wilcoxon_p_holm"], data)
 
     out = [table("stats", "Setting-level statistics (exploratory)", family, note)]
     if others:
@@ -316,6 +328,7 @@ def audit_table(r: Results, labeller: Any = None, judge: Any = None,
     from ap_gym.report.audit import audit_setting, rejected_items
 
     rows: list[list[Any]] = []
+    data: list[list[Any]] = []
     unreadable: list[str] = []
     used: set[str] = set()
     for run in r.runs:
@@ -337,11 +350,18 @@ def audit_table(r: Results, labeller: Any = None, judge: Any = None,
             a = result.row
             est = a.estimates()
             rows.append([a.setting, a.abstractions, a.flagged, a.gap, a.invocations,
-                         *(str(est[k]) for k in ("q", "alpha", "beta", "gap", "stratified_gap", "eta")), a.eta,
-                         str(est["joint"]), ", ".join(f"{k} {v}" for k, v in sorted(a.reasons.items())) or "-"])
+                         *(str(est[k]) for k in ESTIMATES), a.eta,
+                         ", ".join(f"{k} {v}" for k, v in sorted(a.reasons.items())) or "-"])
+            data.append([a.setting, a.abstractions, a.flagged, a.gap, a.invocations,
+                         *(v for k in ESTIMATES for v in (est[k].value, *(
+                             (est[k].low, est[k].high) if est[k].estimable else (math.nan, math.nan))))])
     if not rows:
         return None, unreadable, sorted(used)
     header = ["setting", "stored", "flagged", "gap among stored (paper's)", "invocations", "q", "alpha", "beta",
-              "gap", "gap stratified by family", "eta (flagged, exposed)", "eta (all)",
-              "P(exposed, flagged, admitted)", "flags by rule"]
-    return Table("audit", "Error-reproduction audit", header, rows), unreadable, sorted(used)
+              "gap (observational)", "gap stratified by family (observational)",
+              "gap, randomised exposure (causal)", "eta (flagged, exposed)", "P(exposed, flagged, admitted)",
+              "eta (all)", "flags by rule"]
+    data_header = ["setting", "stored", "flagged", "gap_stored", "invocations",
+                   *(f"{k}{suffix}" for k in ESTIMATES for suffix in ("", "_lo", "_hi"))]
+    return Table("audit", "Error-reproduction audit", header, rows, data_header=data_header, data=data), \
+        unreadable, sorted(used)

@@ -91,15 +91,18 @@ def test_the_fixture_set_is_labelled_and_the_labeller_measured_on_it():
     assert score["tp"] > 0 and score["tn"] > 0  # it flags some and clears some: not a constant
 
 
-def _abs(aid, text, parents):
-    return Abstraction(aid, text, "rule", 0, True, 0, 0, 0.5, {}, [], parents)
+def _abs(aid, text, parents, sources=None):
+    """A stored abstraction; synthesised (from the record ``aid``) unless ``sources=[]``."""
+    return Abstraction(aid, text, "rule", 0, True, 0, 0, 0.5, {}, [aid] if sources is None else sources, parents)
 
 
 def test_audit_on_a_hand_built_store():
-    flagged_texts = {1, 3, 4, 6}
+    """Counted by hand. Two seeded abstractions (no source record: parents, never synthesis
+    invocations; issue 39: counting them as invocations made beta the seeded share) and five
+    synthesised ones."""
     store = [
-        _abs(1, "bad", []),          # flagged root
-        _abs(2, "good", []),         # unflagged root
+        _abs(1, "bad", [], sources=[]),   # seeded, flagged: a parent only
+        _abs(2, "good", [], sources=[]),  # seeded, not flagged: a parent only
         _abs(3, "bad", [1]),         # exposed, flagged
         _abs(4, "bad", [1, 2]),      # exposed, flagged
         _abs(5, "good", [3]),        # exposed, not flagged
@@ -107,14 +110,15 @@ def test_audit_on_a_hand_built_store():
         _abs(7, "good", [2, 5]),     # unexposed (parents not flagged), not flagged
     ]
     row = audit("s", store, lambda text: text == "bad", rejected=3)
-    assert row.flagged == len(flagged_texts) == 4
+    assert row.abstractions == 7 and row.flagged == 4  # every stored one is labelled
     assert (row.with_flagged_parent, row.flagged_given_flagged_parent) == (3, 2)
-    assert (row.without_flagged_parent, row.flagged_given_no_flagged_parent) == (4, 2)
+    assert (row.without_flagged_parent, row.flagged_given_no_flagged_parent) == (2, 1)
     assert row.rate_exposed == pytest.approx(2 / 3) and row.rate_unexposed == pytest.approx(0.5)
-    assert row.gap == pytest.approx(2 / 3 - 0.5)
-    # per invocation: 7 admitted + 3 rejected of unknown provenance (unexposed)
-    assert (row.invocations, row.exposed_invocations, row.flagged_exposed_invocations) == (10, 3, 2)
-    assert row.q == pytest.approx(3 / 10) and row.alpha == pytest.approx(2 / 3) and row.eta == pytest.approx(0.7)
+    # per synthesis invocation: 5 admitted + 3 rejected of unknown provenance (unexposed)
+    assert (row.invocations, row.exposed_invocations, row.flagged_exposed_invocations) == (8, 3, 2)
+    assert row.q == pytest.approx(3 / 8) and row.alpha == pytest.approx(2 / 3) and row.eta == pytest.approx(5 / 8)
+    beta = row.estimates()["beta"]
+    assert beta.value == pytest.approx(1 / 5)  # 6 flagged among 7 and the 3 rejected, not the seeded 1 and 2
 
 
 def test_alpha_counts_rejected_outputs_too():

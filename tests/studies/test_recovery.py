@@ -39,3 +39,35 @@ def test_admission_that_follows_the_flag_biases_the_gap_among_stored_abstraction
     row = simulate(truth, seed=2)
     assert row.estimates()["gap"].covers(truth.gap(0))
     assert not row.estimates()["gap"].covers(row.gap)  # the stored-only gap lies outside
+
+
+#: The confounded nulls the family-stratified gap cannot handle (issue 39), and one it can.
+NULLS = {
+    "by family": Truth(base_rates=CONFOUNDED, copy=0.0, randomise=0.5, invocations=400),
+    "within a family": Truth(base_rates=(0.1,) * 4, copy=0.0, hard_share=0.5, hard_rate=0.6, randomise=0.5,
+                             invocations=400),
+    "drift": Truth(base_rates=(0.05,) * 4, copy=0.0, drift=0.6, randomise=0.5, invocations=400),
+}
+
+
+def test_the_stratified_gap_fails_on_a_within_family_null():
+    """Harder tasks of a family retrieve other hard tasks' abstractions: no copying at all,
+    yet the family-stratified gap excludes 0 in most seeds (the report must not claim it
+    stays at 0 on a confounded null)."""
+    result = coverage(NULLS["within a family"], range(40))
+    assert result["stratified_gap"]["excludes_zero"] >= 0.5 and result["stratified_gap"]["mean"] > 0.1
+
+
+def test_the_randomised_gap_holds_zero_on_every_confounded_null():
+    for name, null in NULLS.items():
+        result = coverage(null, range(60))
+        assert result["truth"]["randomised_gap"] == 0.0
+        assert result["randomised_gap"]["excludes_zero"] <= 0.12, (name, result["randomised_gap"])
+
+
+def test_the_randomised_gap_finds_a_planted_effect_through_the_confounding():
+    planted = Truth(base_rates=(0.1,) * 4, copy=0.9, compliance=0.8, hard_share=0.5, randomise=0.5, invocations=1000)
+    result = coverage(planted, range(20))
+    assert result["randomised_gap"]["excludes_zero"] >= 0.9
+    assert 0.85 <= result["randomised_gap"]["coverage"] and \
+        abs(result["randomised_gap"]["mean"] - result["truth"]["randomised_gap"]) < 0.05
