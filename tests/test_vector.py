@@ -187,3 +187,47 @@ def test_an_async_sub_env_that_fails_is_an_infrastructure_error_and_reset_recove
         envs.step(("wait", "wait"))
     finally:
         envs.close()
+
+
+def test_group_episode_statistics_count_each_members_own_steps():
+    """Gymnasium's RecordEpisodeStatistics would count held steps (3/3/3 here); members that
+    end at steps 1, 2 and 3 must report lengths 1, 2 and 3, in both group episodes."""
+    from ap_gym.wrappers import GroupEpisodeStatistics
+
+    envs = GroupEpisodeStatistics(ap_gym.make_vec("test_vector/Dial-v0", 3, group_size=3, tasks=["dial/3"],
+                                                  split="train"))
+    try:
+        obs, info = envs.reset(seed=4)
+        assert info["group_reset"].all()
+        seen = []
+        for order in ((1, 2, 3), (3, 1, 2)):
+            code = int(obs[0].split("says ")[1][0])
+            wrong = f"turn {(code + 1) % 10}"
+            lengths, returns = {}, {}
+            for t in range(1, 4):
+                actions = tuple(f"turn {code}" if order[i] == t else wrong for i in range(3))
+                obs, rewards, terms, truncs, info = envs.step(actions)
+                for i in np.flatnonzero(info.get("_episode", np.zeros(3, dtype=bool))):
+                    lengths[i], returns[i] = int(info["episode"]["l"][i]), float(info["episode"]["r"][i])
+                for i in range(3):
+                    if order[i] < t:  # held: the task's keys only, nothing of the step that ended
+                        assert info["held"][i] and not info["active"][i] and rewards[i] == 0.0
+            seen.append((lengths, returns))
+            obs, rewards, terms, truncs, info = envs.step(("turn 0",) * 3)  # the group's reset step
+            assert info["group_reset"].all() and "episode" not in info and not rewards.any()
+        assert seen[0] == ({0: 1, 1: 2, 2: 3}, {0: 4.0, 1: 4.0, 2: 4.0})
+        assert seen[1] == ({0: 3, 1: 1, 2: 2}, {0: 4.0, 1: 4.0, 2: 4.0})
+        assert envs.metadata["autoreset_mode"] == "group"
+    finally:
+        envs.close()
+
+
+def test_group_episode_statistics_refuse_an_ordinary_vector_env():
+    from ap_gym.wrappers import GroupEpisodeStatistics
+
+    envs = gym.make_vec("test_vector/Dial-v0", 2)
+    try:
+        with pytest.raises(ValueError, match="RecordEpisodeStatistics"):
+            GroupEpisodeStatistics(envs)
+    finally:
+        envs.close()

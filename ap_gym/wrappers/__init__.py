@@ -13,10 +13,10 @@
 from __future__ import annotations
 
 from ap_gym.wrappers.action_syntax import PutToMove, put_to_move
-from ap_gym.wrappers.group import GroupVectorEnv, HoldWhenDone
+from ap_gym.wrappers.group import GroupEpisodeStatistics, GroupVectorEnv, HoldWhenDone
 from ap_gym.wrappers.recording import RecordEpisode
 from ap_gym.wrappers.recovering import RecoveringVectorEnv
 from ap_gym.wrappers.reward import NormalisedReward
 
-__all__ = ["GroupVectorEnv", "HoldWhenDone", "NormalisedReward", "PutToMove", "RecordEpisode", "RecoveringVectorEnv",
+__all__ = ["GroupEpisodeStatistics", "GroupVectorEnv", "HoldWhenDone", "NormalisedReward", "PutToMove", "RecordEpisode", "RecoveringVectorEnv",
            "put_to_move"]

@@ -13,10 +13,21 @@ returns the new first observations with reward 0 and ``info["active"]`` ``True``
 Each new group episode takes the next number ``k`` from one counter (0, 1, 2, ... in the
 order groups start); its seed is ``base + k`` (``base`` from ``reset(seed=...)``), and its
 task is ``tasks[k % len(tasks)]`` when a task list is given, else the one the seed picks.
+
+This is a mode of its own (``metadata["autoreset_mode"]`` is ``"group"``): neither
+Gymnasium's next-step autoreset (a held member does not reset the step after it ends) nor
+its disabled one (the group resets itself). Gymnasium's ``RecordEpisodeStatistics`` counts
+every step of every sub-env, held ones included, so it misreports lengths here (3/3/3 for
+members that ended at steps 1/2/3); :class:`GroupEpisodeStatistics` counts a member's
+steps while it plays and reports each episode's true length and return at its end. A
+reset step is flagged (``info["group_reset"]``), and a held step's ``info`` carries the
+task's keys and ``active``/``held`` only: nothing of the last step is repeated
+(``raw_reward``, ``score``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +35,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
-__all__ = ["GroupVectorEnv", "HoldWhenDone"]
+__all__ = ["GROUP_AUTORESET", "GroupEpisodeStatistics", "GroupVectorEnv", "HoldWhenDone"]
+
+#: The group env's autoreset mode (see the module docstring).
+GROUP_AUTORESET = "group"
+#: ``info`` keys of the task, kept on held steps (everything else is of the step that ended).
+TASK_KEYS = ("task_id", "task_family", "instruction", "max_score")
 
 
 class HoldWhenDone(gym.Wrapper[str, str, str, str]):
@@ -47,9 +63,10 @@ class HoldWhenDone(gym.Wrapper[str, str, str, str]):
         return obs, {**info, "active": True}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self._held is not None:
+        if self._held is not None:  # the task's keys only: no step's reward, score or outcome again
             obs, info = self._held
-            return obs, 0.0, False, False, {**info, "active": False, "terminated": False, "truncated": False}
+            return obs, 0.0, False, False, {**{k: info[k] for k in TASK_KEYS if k in info}, "active": False,
+                                            "held": True, "terminated": False, "truncated": False}
         obs, reward, terminated, truncated, info = self.env.step(action)
         if terminated or truncated:
             self._held = (obs, info)
@@ -97,7 +114,7 @@ class GroupVectorEnv(VectorWrapper):
         self.group_size = group_size
         self.groups = env.num_envs // group_size
         self.tasks = list(tasks) if tasks is not None else None
-        self.metadata = {**env.metadata, "autoreset_mode": AutoresetMode.NEXT_STEP}
+        self.metadata = {**env.metadata, "autoreset_mode": GROUP_AUTORESET}
         self._base = 0
         self._counter = 0
         self._episode = np.zeros(self.groups, dtype=np.int64)  # the counter value of each group's episode
@@ -114,7 +131,7 @@ class GroupVectorEnv(VectorWrapper):
         self._base = int(seed) if seed is not None else int(np.random.default_rng().integers(2**31 - 1))
         self._counter = 0
         obs, infos = self._reset_groups(np.ones(self.groups, dtype=bool), options)
-        return obs, self._batch(infos)
+        return obs, self._batch([{**info, "group_reset": True} for info in infos])
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         pending = self._pending.copy()
@@ -129,7 +146,7 @@ class GroupVectorEnv(VectorWrapper):
             _, reset_infos = self._reset_groups(pending, None)
             for i in np.flatnonzero(np.repeat(pending, self.group_size)):
                 rewards[i], terminations[i], truncations[i] = 0.0, False, False
-                per_env[i] = reset_infos[i]
+                per_env[i] = {**reset_infos[i], "group_reset": True}
         self._pending = self._done.reshape(self.groups, self.group_size).all(axis=1)
         return tuple(self._obs), rewards, terminations, truncations, self._batch(per_env)
 
@@ -167,3 +184,42 @@ class GroupVectorEnv(VectorWrapper):
             info.setdefault("active", not self._done[i])
             infos = self._add_info(infos, info, i)
         return infos
+
+
+class GroupEpisodeStatistics(VectorWrapper):
+    """Episode statistics over a :class:`GroupVectorEnv`: each member's steps counted while it
+    plays (not on held steps, not on the group's reset step), its return summed over them,
+    and at the step it ends ``info["episode"] = {"r", "l", "t"}`` with ``info["_episode"]``
+    marking the members that ended (Gymnasium's keys), as ``RecordEpisodeStatistics`` gives
+    them for an ordinary vector env.
+    """
+
+    def __init__(self, env: VectorEnv) -> None:
+        super().__init__(env)
+        if env.metadata.get("autoreset_mode") != GROUP_AUTORESET:
+            raise ValueError("GroupEpisodeStatistics wraps a group env (ap_gym.make_vec(..., group_size=G)); use "
+                             "Gymnasium's RecordEpisodeStatistics for an ordinary vector env")
+        self.returns = np.zeros(self.num_envs)
+        self.lengths = np.zeros(self.num_envs, dtype=np.int64)
+        self.started = np.zeros(self.num_envs)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        obs, infos = self.env.reset(seed=seed, options=options)
+        self.returns[:], self.lengths[:], self.started[:] = 0.0, 0, time.perf_counter()
+        return obs, infos
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        now = time.perf_counter()
+        reset = np.asarray(infos.get("group_reset", np.zeros(self.num_envs, dtype=bool)), dtype=bool) & \
+            np.asarray(infos.get("_group_reset", np.ones(self.num_envs, dtype=bool)), dtype=bool)
+        active = np.asarray(infos.get("active", np.ones(self.num_envs, dtype=bool)), dtype=bool) & ~reset
+        self.returns[reset], self.lengths[reset], self.started[reset] = 0.0, 0, now
+        self.returns[active] += np.asarray(rewards, dtype=np.float64)[active]
+        self.lengths[active] += 1
+        ended = np.asarray(terminations, dtype=bool) | np.asarray(truncations, dtype=bool)
+        if ended.any():
+            infos["episode"] = {"r": np.where(ended, self.returns, 0.0), "l": np.where(ended, self.lengths, 0),
+                                "t": np.where(ended, np.round(now - self.started, 6), 0.0)}
+            infos["_episode"] = ended
+        return obs, rewards, terminations, truncations, infos
