@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import random
+import re
 from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
@@ -124,6 +125,8 @@ class ALFWorldEnv(TextEnv):
     benchmark = "alfworld"
     grammar = Grammar.of({"go", "take", "put", "move", "open", "close", "toggle", "heat", "cool", "clean", "slice",
                           "use", "look", "inventory", "examine"}, numbered_objects=True)
+    #: the engine's one reply to a command it will not carry out
+    refused = re.compile(r"^\s*Nothing happens\.\s*$")
 
     def __init__(self, *, split: str = "train", data: str | Path | None = None, split_seed: int = SPLIT_SEED,
                  games: Literal["auto", "official", "generated"] = "auto", admissible_commands: bool = True,

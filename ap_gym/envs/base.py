@@ -9,7 +9,12 @@ specific to its engine:
   ``options={"split": "test"}`` the split to draw from; a seed alone picks a task
   deterministically from the env's split.
 * ``info`` always carries ``task_id``, ``task_family``, ``instruction``, ``score``,
-  ``max_score``, ``success``, ``won``, ``lost`` and, when asked for, ``admissible_commands``.
+  ``max_score``, ``success``, ``won``, ``lost`` and, when asked for, ``admissible_commands``;
+  after a step, ``action_valid`` (whether the engine took the command as one it can carry
+  out) and ``action_valid_by``, which says how that was decided: ``"engine"`` (the env's
+  own verdict), ``"admissible"`` (the command was, up to case and spacing, one of the
+  commands the state listed: verl-agent's ``is_action_valid``), or ``"refusal"`` (no list
+  was computed; the engine's reply was not one of its refusals, ``refused``).
 * A win or a loss terminates; the step limit (Gymnasium's ``TimeLimit``, 50 by default
   through registration) truncates, and a truncated episode is a failure.
 * An engine crash raises :class:`~ap_gym.errors.EnvInfrastructureError`; the next
@@ -18,6 +23,7 @@ specific to its engine:
 
 from __future__ import annotations
 
+import re
 import string
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +35,7 @@ from gymnasium import spaces
 
 from ap_gym.envs.text_space import TextSpace
 from ap_gym.errors import EnvInfrastructureError, UnknownTaskError
-from ap_gym.text import Grammar
+from ap_gym.text import FAILED_FEEDBACK, Grammar
 
 __all__ = [
     "ABILITIES",
@@ -121,6 +127,12 @@ class StepResult:
     lost: bool = False
     admissible_commands: Sequence[str] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: the engine's own verdict on the command, where it has one (``info["action_valid"]``)
+    valid: bool | None = None
+
+
+def _command(text: str) -> str:
+    return " ".join(text.lower().split())
 
 
 class TextEnv(gym.Env[str, str]):
@@ -144,6 +156,11 @@ class TextEnv(gym.Env[str, str]):
     #: recommends a command outside it; ``None`` (the default): no grammar check, and the
     #: report says so for this benchmark.
     grammar: ClassVar[Grammar | None] = None
+    #: the engine's words for a command it would not carry out (``info["action_valid"]``
+    #: when the state listed no admissible commands); the default is the feedback every
+    #: benchmark shares (:data:`ap_gym.text.FAILED_FEEDBACK`), which also reads a command
+    #: that ran and did nothing as refused.
+    refused: ClassVar[re.Pattern[str]] = FAILED_FEEDBACK
 
     def __init__(
         self,
@@ -293,12 +310,14 @@ class TextEnv(gym.Env[str, str]):
             )
         action = sanitize_text(action, 1024).strip()
         previous = self._info["score"]
+        listed = self._info.get("admissible_commands")
         result = self._advance(action)
         _checked_score(result.score, self.benchmark, f"step {action!r}")
         self._last_obs = sanitize_text(result.observation)
         self._done = result.won or result.lost
         info = {**self._info, **dict(result.extra)}
         info.update(score=result.score, won=result.won, lost=result.lost, success=result.won)
+        info["action_valid"], info["action_valid_by"] = self._action_valid(action, listed, result)
         info.pop("admissible_commands", None)
         if result.admissible_commands is not None:
             info["admissible_commands"] = [sanitize_text(a) for a in result.admissible_commands]
@@ -307,6 +326,15 @@ class TextEnv(gym.Env[str, str]):
         if self.render_mode == "human":
             self.render()
         return self._last_obs, reward, self._done, False, dict(info)
+
+    def _action_valid(self, action: str, listed: Sequence[str] | None, result: StepResult) -> tuple[bool, str]:
+        """Whether the engine took ``action`` as a command it can carry out, and how that
+        was decided (the module docstring); an env with a sharper rule overrides this."""
+        if result.valid is not None:
+            return bool(result.valid), "engine"
+        if listed:
+            return _command(action) in {_command(c) for c in listed}, "admissible"
+        return not self.refused.search(result.observation[:300]), "refusal"
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":

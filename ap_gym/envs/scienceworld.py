@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -230,6 +231,8 @@ class ScienceWorldEnv(TextEnv):
     grammar = Grammar.of({"open", "close", "activate", "deactivate", "connect", "disconnect", "use", "look", "read",
                           "move", "pick", "put", "pour", "dunk", "mix", "go", "eat", "flush", "focus", "wait", "wait1",
                           "inventory", "task", "reset"})
+    #: the parser's refusal, and its question when a command names several objects (nothing is done yet)
+    refused = re.compile(r"No known action matches that input|Ambiguous request", re.I)
 
     def __init__(
         self,

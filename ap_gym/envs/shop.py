@@ -32,6 +32,7 @@ is 100 x r. Buying ends the episode (terminated); the step limit truncates.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -335,7 +336,7 @@ class ShopEnv(TextEnv):
             p = self.by_asin[self._item]
             r = shop_reward(self._goal, p, self._selected)
             text = f"Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] {r:.2f}"
-            return StepResult(text, round(100 * r, 4), won=r >= 1.0, lost=r < 1.0,
+            return StepResult(text, round(100 * r, 4), won=r >= 1.0, lost=r < 1.0, valid=True,
                               admissible_commands=[] if self._admissible else None, extra={"reward": r})
         else:  # an option value
             p = self.by_asin[self._item]
@@ -346,10 +347,12 @@ class ShopEnv(TextEnv):
 
     def _now(self, message: str = "") -> StepResult:
         text, clicks = self._render(message)
-        return StepResult(text, 0.0, admissible_commands=self._clicks(clicks),
+        return StepResult(text, 0.0, admissible_commands=self._clicks(clicks), valid=True,
                           extra={"has_search_bar": self._page == "search"})
 
-    _same = _now
+    def _same(self, message: str) -> StepResult:
+        """The page again with why the command was refused (the engine's verdict: not valid)."""
+        return dataclasses.replace(self._now(message), valid=False)
 
     def walkthrough(self, task_id: str) -> list[str]:
         """The oracle's actions (:meth:`oracle_actions`)."""

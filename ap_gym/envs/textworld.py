@@ -47,7 +47,7 @@ from ap_gym.envs.engine_process import EngineProcess
 from ap_gym.envs.isolated import isolated, prepare
 from ap_gym.errors import EnvInfrastructureError
 from ap_gym.paths import atomic_write_json, cache_dir, publish_dir
-from ap_gym.text import Grammar
+from ap_gym.text import FAILED_FEEDBACK, Grammar
 
 __all__ = ["GameSpec", "TextWorldEnv", "default_suite", "ensure_game", "first_observation", "generate_game", "goal_of"]
 
@@ -356,6 +356,9 @@ class TextWorldEnv(TextEnv):
     grammar = Grammar.of({"look", "inventory", "go", "take", "drop", "put", "insert", "open", "close", "unlock",
                           "lock", "examine", "eat", "drink", "cook", "slice", "chop", "dice", "prepare", "read",
                           "north", "south", "east", "west"})
+    #: Inform 7's parser and library refusals (an incomplete command asks "What do you want to ...?")
+    refused = re.compile(FAILED_FEEDBACK.pattern + r"|what do you want to|who do you want to|is closed|is locked"
+                         r"|already|you'll have to|nothing to", re.I)
 
     def __init__(
         self,

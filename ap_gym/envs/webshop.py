@@ -102,9 +102,23 @@ class WebShopEnv(TextEnv):
 
     def _advance(self, action: str) -> StepResult:
         try:
+            available = self._env.get_available_actions()
+            valid = _valid(action, available)
             obs, reward, done, _ = self._env.step(action)
         except Exception as e:
             raise EnvInfrastructureError(f"WebShop failed on {action!r}: {e}") from e
         reward = float(reward or 0.0)
         return StepResult(obs, 100.0 * reward, won=done and reward >= 1.0, lost=done and reward < 1.0,
-                          admissible_commands=None if done else self._clicks(), extra={"reward": reward})
+                          admissible_commands=None if done else self._clicks(), extra={"reward": reward},
+                          valid=valid)
+
+
+def _valid(action: str, available: Mapping[str, Any]) -> bool:
+    """WebShop's own rule: a search where the page has a search bar, a click on a clickable."""
+    text = action.strip()
+    lower = text.lower()
+    if lower.startswith("search[") and text.endswith("]"):
+        return bool(available.get("has_search_bar"))
+    if lower.startswith("click[") and text.endswith("]"):
+        return text[6:-1].strip().lower() in {str(c).lower() for c in available.get("clickables", [])}
+    return False
