@@ -216,10 +216,11 @@ def main() -> None:
     parser.add_argument("--figure", default="benchmarks/figures/learning_curves.png",
                         help="where the curves are copied for RESULTS.md ('' for none)")
     args = parser.parse_args()
-    os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
     import torch
 
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    from ap_gym.processes import cpu_budget
+
+    torch.set_num_threads(cpu_budget())  # OMP_NUM_THREADS, else the cores this process may use
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     games = suite(args.train_games, args.test_games, tuple(args.levels))

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import platform
 import time
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from ap_gym.backbones.hf import TransformersBackbone, tiny_llama
 from ap_gym.envs import StartResult, StepResult, TextEnv
 from ap_gym.policies.prompting import PromptBuilder
 from ap_gym.policies.react import AgentConfig
+from ap_gym.processes import cpu_budget
 from ap_gym.training.groups import (
     Decision,
     chosen_logprob,
@@ -167,8 +167,9 @@ def probe(backbone, env_id: str, agent: AgentConfig, temperature: float) -> floa
 def main() -> int:
     args = parse_args()
     torch.manual_seed(args.seed)
-    if "OMP_NUM_THREADS" not in os.environ:  # on a shared machine torch's default threads spin
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
+    # the cores this process may use (OMP_NUM_THREADS, else its CPU affinity), not the machine's: on a
+    # shared 2-core machine torch's default threads spun, and "seconds" took 20 minutes
+    torch.set_num_threads(cpu_budget())
     backbone = load_backbone(args.model, args.seed)
     backbone.model.train()
     optimizer = torch.optim.Adam(backbone.model.parameters(), lr=args.lr)

@@ -65,12 +65,13 @@ def run(config: RunConfig, *, progress: bool = True) -> Path:
 
 def run_one_setting(config: RunConfig, benchmark: str, label: str, seed: int, backbone: str | None = None) -> str:
     """One setting of a grid, training and held-out evaluation in this process (a Ray task)."""
-    import os
-
     import torch
 
+    from ap_gym.processes import cpu_budget
+
     local = config.replace(executor="local", workers=1)
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, config.workers)))
+    # the cores this process may use (its affinity, OMP_NUM_THREADS), not the machine's
+    torch.set_num_threads(config.threads or max(1, cpu_budget() // max(1, config.workers)))
     runner = Runner(local)
     try:
         setting = Setting(benchmark, local.policy(label), seed, backbone)

@@ -125,3 +125,104 @@ def test_the_packaged_models_template_has_no_tool_calls_so_the_rollout_route_is_
 
     _, tokenizer = tiny_llama()
     assert not supports_tool_calling(tokenizer)
+
+
+class CountingTools(EnvTools):
+    """EnvTools that remember each command TRL's tool loop sent (what this test checks)."""
+
+    sent: list[str] = []
+
+    def act(self, command: str) -> str:
+        """Send one command to the text environment and read what happens.
+
+        Args:
+            command: the command, for example "go north" or "take key".
+
+        Returns:
+            What the environment answers, with the commands it accepts next.
+        """
+        CountingTools.sent.append(command)
+        return super().act(command)
+
+
+TOOL_CALL = '<tool_call>\n{"name": "act", "arguments": {"command": "turn 3"}}\n</tool_call>'
+
+
+def _a_model_that_calls_act(rows, tools):
+    """A tiny Llama over SmolLM2's byte-level tokenizer and TRL's Qwen2.5 tool-calling chat
+    template, taught (a few hundred steps of cross-entropy) to answer every prompt with one
+    ``act`` tool call: the random model never would, and the test is of the route, not of
+    learning to call tools."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from ap_gym.backbones.loading import default_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
+    tokenizer.chat_template = qwen2_5_chat_template
+    tokenizer.padding_side = "left"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id))
+    target = tokenizer(TOOL_CALL + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    prompts = []
+    for row in rows:
+        env = tools()
+        messages = [*row["prompt"][:1], {"role": "user", "content": env.reset(**row)}]
+        prompts.append(tokenizer.apply_chat_template(messages, tools=[env.act], add_generation_prompt=True,
+                                                     tokenize=True, return_dict=False))
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    wanted = torch.tensor(target)
+    for step in range(400):  # the logits of the answer's positions only (the vocabulary is 49k)
+        ids = torch.tensor([list(prompts[step % len(prompts)]) + target])
+        logits = model(input_ids=ids, logits_to_keep=len(target) + 1).logits[0, :-1]
+        loss = torch.nn.functional.cross_entropy(logits, wanted)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if float(loss.detach()) < 0.05:  # sampled at T = 0.3 below: every token its argmax, near surely
+            break
+    return model.eval(), tokenizer
+
+
+@pytest.mark.slow
+def test_grpo_trainer_calls_act_through_environment_factory(tmp_path, monkeypatch):
+    """TRL's own tool loop: the model's tool call is parsed, ``act`` runs in the env, the
+    reply goes back, and the reward is the env's."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    factory = CountingTools.factory("test_vector/Dial-v0", split="train")
+    rows = CountingTools.dataset("test_vector/Dial-v0", seeds=(1, 2), tasks=["dial/3"], split="train")
+    model, tokenizer = _a_model_that_calls_act(rows, factory)
+    CountingTools.sent.clear()
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
+                      max_steps=1, learning_rate=1e-4, report_to="none", use_cpu=True, save_strategy="no",
+                      max_completion_length=96, max_tool_calling_iterations=1, beta=0.0, seed=0, bf16=False,
+                      temperature=0.3, dataloader_num_workers=0, logging_steps=1)
+    trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                          environment_factory=factory)
+    trainer.train()
+    assert "turn 3" in CountingTools.sent, f"no act call reached the env: {CountingTools.sent}"
+    assert trainer.state.global_step == 1
+
+
+def test_the_rollout_samples_with_the_trainers_settings(tmp_path):
+    from types import SimpleNamespace
+
+    model, tokenizer = tiny_llama(seed=1)
+    rollout = TRLRollout("test_vector/Dial-v0", max_turns=3, split="train")
+    trainer = SimpleNamespace(model=model, processing_class=tokenizer,
+                              args=SimpleNamespace(temperature=0.7, top_p=0.9, max_completion_length=40))
+    generation, budget = rollout.settings(trainer)
+    assert (generation.temperature, generation.top_p, budget) == (0.7, 0.9, 40)
+    out = rollout([rollout.dataset("train", seeds=(7,))[0]["prompt"]], trainer)
+    assert len(out["completion_ids"][0]) <= 40  # the trainer's completion budget holds for the episode
+    trainer.args = SimpleNamespace()  # a trainer that says nothing: TRL's defaults
+    generation, budget = rollout.settings(trainer)
+    assert (generation.temperature, generation.top_p, budget) == (1.0, 1.0, 512)
+    rollout.close()
