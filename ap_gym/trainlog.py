@@ -1,7 +1,7 @@
 """A training run's log: one JSON line per update, the format ``ap-gym view`` reads.
 
 A trainer (``benchmarks/learning.py``, ``examples/grpo_torch.py``, a user's script) writes
-``training.jsonl``: a first line that says what it is (``{"schema": "ap-gym-training/1",
+``training.jsonl``: a first line that says what it is (``{"format": "ap-gym-training/1",
 "run": ..., "rule": ..., "config": {...}}``), then one line per update with its number and
 its metrics (``{"update": 3, "reward": 0.25, "loss": -0.01, ...}``; a metric is a finite
 number or ``null``). The viewer finds such files in the directories it is given and plots
@@ -39,7 +39,7 @@ class TrainingLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.last: dict[str, Any] = {}
-        header = {"schema": SCHEMA, "run": run, "rule": rule, "config": dict(config or {})}
+        header = {"format": SCHEMA, "run": run, "rule": rule, "config": dict(config or {})}
         self.path.write_text(json.dumps(header, default=str) + "\n", encoding="utf-8")
 
     def write(self, *, update: int, **metrics: float | int | None) -> None:
@@ -62,7 +62,7 @@ class TrainingLog:
                 first = json.loads(f.readline())
         except (OSError, ValueError):
             return None
-        return first if isinstance(first, dict) and first.get("schema") == SCHEMA else None
+        return first if isinstance(first, dict) and first.get("format") == SCHEMA else None
 
     @staticmethod
     def read(path: str | Path) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ __all__ = [
     "Termination",
     "Usage",
     "UsageMeter",
+    "WorldFacts",
 ]
 
 #: Why an LLM call was made. Reports split acting from everything else.
@@ -377,3 +378,52 @@ class Embedder(Protocol):
     dim: int
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class WorldFacts:
+    """What an engine knows of a task's world at its start: the ground truth a grounded
+    labeller checks an abstraction's claims against (:mod:`ap_gym.report.grounded`).
+
+    Names are the ones the agent reads ("mug 1", "red key", "sinkbasin 1"). An engine
+    fills what it can; what it leaves empty cannot be checked, and a claim about it stays
+    unclassified (never "correct").
+
+    Attributes:
+        task_id: the task.
+        family: its task family (universal claims are checked over a family's tasks).
+        where: each object's holders at the start: the receptacle, container, supporter
+            or room it is in or on (an object may sit in a container in a room: both).
+        needs: what an action requires, by verb (``"cut": ("knife",)``) or by verb and
+            object (``"unlock chest": ("red key",)``); ``"open"`` lists under ``"closed"``
+            the holders that must be opened before anything is taken from or put in them.
+        plan: a command sequence that wins the task (the walkthrough or expert plan).
+        objects: every name in the world (objects, holders, rooms).
+        engine: what produced the facts (for the report).
+    """
+
+    task_id: str
+    family: str = ""
+    where: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    needs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    plan: tuple[str, ...] = ()
+    objects: tuple[str, ...] = ()
+    engine: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "family": self.family, "where": {k: list(v) for k, v in self.where.items()},
+                "needs": {k: list(v) for k, v in self.needs.items()}, "plan": list(self.plan),
+                "objects": list(self.objects), "engine": self.engine}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WorldFacts:
+        """From :meth:`to_dict`'s output (what ``worlds.jsonl`` holds); ``ValueError`` otherwise."""
+        try:
+            return cls(str(data["task_id"]), str(data.get("family") or ""),
+                       {str(k): tuple(str(x) for x in v) for k, v in dict(data.get("where") or {}).items()},
+                       {str(k): tuple(str(x) for x in v) for k, v in dict(data.get("needs") or {}).items()},
+                       tuple(str(x) for x in data.get("plan") or ()), tuple(str(x) for x in data.get("objects") or ()),
+                       str(data.get("engine") or ""))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"not a world-facts record: {str(data)[:120]} ({e})") from None
+

@@ -145,9 +145,11 @@ def labeller_for(benchmark: str):
 
 
 def synthetic_run(root: Path, name: str, outcomes: dict[str, list[bool]], *, benchmark: str = "shop",
-                  seeds: tuple[int, ...] = (0,), backbone: str = "tiny-llama(seed=0)") -> Path:
+                  seeds: tuple[int, ...] = (0,), backbone: str = "tiny-llama(seed=0)",
+                  options: dict[str, dict[str, Any]] | None = None) -> Path:
     """A run directory in the results format, written directly: for each policy label, its
-    held-out outcomes (one episode per entry) in every seed, at iteration 0."""
+    held-out outcomes (one episode per entry) in every seed, at iteration 0 (``options``:
+    a label's policy options)."""
     from ap_gym.paths import atomic_write_json
     from ap_gym.protocol import RunConfig
     from ap_gym.protocol.results import EPISODES, EpisodeLine
@@ -156,7 +158,9 @@ def synthetic_run(root: Path, name: str, outcomes: dict[str, list[bool]], *, ben
     run_dir = root / name
     labels = list(outcomes)
     config = RunConfig.from_dict({"name": name, "benchmarks": [benchmark], "backbone": "tiny", "out": str(root),
-                                  "policies": [{"name": "anti_persistence", "label": label} for label in labels],
+                                  "policies": [{"name": "anti_persistence", "label": label,
+                                                **({"options": options[label]} if label in (options or {}) else {})}
+                                               for label in labels],
                                   "seeds": list(seeds), "iterations": 1})
     atomic_write_json(run_dir / "config.json", {"config": config.to_dict(), "backbone": {"identity": backbone}})
     for label, wins in outcomes.items():

@@ -50,6 +50,7 @@ from ap_gym.envs.engine_process import EngineProcess
 from ap_gym.envs.isolated import prepare
 from ap_gym.errors import APGymError, EnvInfrastructureError
 from ap_gym.text import Grammar
+from ap_gym.types import WorldFacts
 
 __all__ = ["HELDOUT_COUNTS", "TRAIN_COUNTS", "ALFWorldEnv", "alfworld_suite"]
 
@@ -171,6 +172,20 @@ class ALFWorldEnv(TextEnv):
             return next(self._official[s][task_id] for s in SPLITS if task_id in self._official[s])
         return ensure_alfworld_game(self._specs[task_id])
 
+    def world_facts(self, task_id: str) -> WorldFacts | None:
+        """The PDDL problem's initial state, in the names the agent reads (ALFWorld's own
+        numbering): where each object starts, which receptacles start closed, which
+        appliance heating, cooling and cleaning need, and a generated game's checked plan
+        (an official game's plan would need the planner: left empty)."""
+        path = self.game_path(task_id)
+        try:
+            problem = json.loads(path.read_text())["pddl_problem"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        walkthrough_file = path.parent / "walkthrough.json"
+        plan = json.loads(walkthrough_file.read_text()) if walkthrough_file.exists() else []
+        return alfworld_facts(problem, task_id, self.task_family(task_id), plan)
+
     def walkthrough(self, task_id: str) -> list[str]:
         """The expert plan: a generated game's checked plan, or the planner's (which loads the
         game in the engine and so ends the episode in progress)."""
@@ -252,3 +267,48 @@ class _Engine:
         if tw is not None:
             with contextlib.suppress(Exception):
                 tw.close()
+
+
+#: What ALFWorld's domain requires of a state-changing action (the appliance it is done with).
+ALFWORLD_NEEDS = {"heat": ("microwave",), "cool": ("fridge",), "clean": ("sinkbasin",), "slice": ("knife",)}
+
+
+def alfred_names(ids: list[str]) -> dict[str, str]:
+    """PDDL object ids to the names the agent reads ("mug 1", "sinkbasin 2"), numbered as
+    ALFWorld's ``Demangler`` numbers them (ids sorted; each name's numbers handed out from
+    the highest down)."""
+    ids = sorted(ids)
+    count: dict[str, int] = {}
+
+    def base(i: str) -> str | None:
+        parts = i.split("_bar_", 1)
+        return parts[0] + ("basin" if "basin" in i else "") if len(parts) > 1 else None
+
+    for i in ids:
+        if (name := base(i)) is not None:
+            count[name] = count.get(name, 0) + 1
+    numbers = {name: list(range(1, n + 1)) for name, n in count.items()}
+    return {i: f"{name} {numbers[name].pop()}" if (name := base(i)) is not None else i for i in ids}
+
+
+def alfworld_facts(problem: str, task_id: str, family: str, plan: list[str]) -> WorldFacts:
+    """:class:`~ap_gym.types.WorldFacts` from an ALFWorld PDDL problem (its objects and
+    initial state)."""
+    problem = problem.lower()
+    objects_part = problem[problem.index("(:objects") + len("(:objects"):problem.index("(:init")]
+    ids = [line.split()[0] for line in objects_part.splitlines() if line.strip() and not line.strip().startswith(")")]
+    names = alfred_names(ids)
+    init = problem[problem.index("(:init"):]
+    where: dict[str, tuple[str, ...]] = {}
+    for obj, holder in re.findall(r"\(inreceptacle (\S+) (\S+)\)", init):
+        if obj in names and holder in names:
+            where[names[obj]] = (*where.get(names[obj], ()), names[holder])
+    opened = {names[r] for r in re.findall(r"\(opened (\S+)\)", init) if r in names}
+    closed = sorted({names[r] for r in re.findall(r"\(openable (\S+)\)", init) if r in names} - opened)
+    objects = sorted({n for i, n in names.items() if "_bar_" in i})
+    needs = {verb: tuple(o for o in objects if o.split()[0] in kinds) or kinds
+             for verb, kinds in ALFWORLD_NEEDS.items()}
+    if closed:
+        needs["closed"] = tuple(closed)
+    return WorldFacts(task_id, family, where, needs, tuple(plan), tuple(objects), "ALFWorld PDDL initial state")
+

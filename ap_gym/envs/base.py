@@ -36,6 +36,7 @@ from gymnasium import spaces
 from ap_gym.envs.text_space import TextSpace
 from ap_gym.errors import EnvInfrastructureError, UnknownTaskError
 from ap_gym.text import FAILED_FEEDBACK, Grammar
+from ap_gym.types import WorldFacts
 
 __all__ = [
     "ABILITIES",
@@ -200,6 +201,13 @@ class TextEnv(gym.Env[str, str]):
         raise NotImplementedError
 
     # ------------------------------------------------------------- abilities
+    def world_facts(self, task_id: str) -> WorldFacts | None:
+        """What the engine knows of ``task_id``'s world at its start (where things are, what
+        actions need, a winning plan), for the audit's grounded labeller; ``None`` (the
+        default) when the engine cannot say. The protocol records it for each training task
+        a setting plays (``worlds.jsonl``). Must not disturb an episode in progress."""
+        return None
+
     def walkthrough(self, task_id: str) -> list[str]:
         """A command sequence that wins ``task_id`` (an env that can give one overrides this).
 

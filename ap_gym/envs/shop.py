@@ -42,6 +42,7 @@ from typing import Any
 
 from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
 from ap_gym.text import Grammar
+from ap_gym.types import WorldFacts
 
 __all__ = ["CATEGORIES", "Goal", "Product", "ShopEnv", "catalog", "goals", "shop_reward", "shop_split", "wins"]
 
@@ -357,6 +358,15 @@ class ShopEnv(TextEnv):
     def walkthrough(self, task_id: str) -> list[str]:
         """The oracle's actions (:meth:`oracle_actions`)."""
         return self.oracle_actions(task_id)
+
+    def world_facts(self, task_id: str) -> WorldFacts | None:
+        """The target product, the options its instruction names (to choose before
+        ``click[buy now]``), and the oracle's plan."""
+        goal = self.goal(task_id)
+        options = tuple(f"click[{v}]" for v in goal.options.values())
+        needs = {"click[buy now]": options} if options else {}
+        return WorldFacts(task_id, goal.category, {}, needs, tuple(self.oracle_actions(task_id)),
+                          (goal.asin.lower(), *(v.lower() for v in goal.options.values())), "the Shop's catalogue")
 
     def oracle_actions(self, task_id: str) -> list[str]:
         """Search the target's title, page to it, select the instruction's options, buy."""

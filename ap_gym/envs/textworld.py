@@ -48,6 +48,7 @@ from ap_gym.envs.isolated import isolated, prepare
 from ap_gym.errors import EnvInfrastructureError
 from ap_gym.paths import atomic_write_json, cache_dir, publish_dir
 from ap_gym.text import FAILED_FEEDBACK, Grammar
+from ap_gym.types import WorldFacts
 
 __all__ = ["GameSpec", "TextWorldEnv", "default_suite", "ensure_game", "first_observation", "generate_game", "goal_of"]
 
@@ -396,6 +397,15 @@ class TextWorldEnv(TextEnv):
         spec = self._specs.get(task_id)
         return spec.challenge if spec else "custom"
 
+    def world_facts(self, task_id: str) -> WorldFacts | None:
+        """The game's facts (its ``.json``): where each object starts, which key each lock
+        takes, what is closed, the knife cutting needs, and the walkthrough."""
+        path = self.game_path(task_id).with_suffix(".json")
+        try:
+            return textworld_facts(json.loads(path.read_text()), task_id, self.task_family(task_id))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def game_path(self, task_id: str) -> Path:
         """The game file of ``task_id`` (generated first if needed)."""
         if task_id in self._paths:
@@ -463,4 +473,42 @@ class TextWorldEnv(TextEnv):
         text = _STATUS.sub("", observation)
         return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
 
+
+#: Verbs TextWorld answers "Cutting something requires a knife." to, without one in hand.
+_CUTTING = ("cut", "slice", "chop", "dice")
+
+
+def textworld_facts(game: Mapping[str, Any], task_id: str, family: str) -> WorldFacts:
+    """:class:`~ap_gym.types.WorldFacts` from a TextWorld game's JSON (its world facts,
+    entity names and walkthrough)."""
+    names = {str(i): (info.get("name") or "") for i, info in game.get("infos", [])}
+    inside: dict[str, set[str]] = {}
+    needs: dict[str, tuple[str, ...]] = {}
+    closed = []
+    facts = [(f["name"], [a["name"] for a in f.get("arguments", [])]) for f in game.get("world", [])]
+    for pred, args in facts:
+        if pred in ("at", "in", "on") and len(args) == 2 and args[0] not in ("P", "I") and names.get(args[0]):
+            inside.setdefault(names[args[0]], set()).add(names.get(args[1], args[1]))
+        elif pred in ("closed", "locked") and args and names.get(args[0]):
+            closed.append(names[args[0]])
+        elif pred == "match" and len(args) == 2 and names.get(args[0]) and names.get(args[1]):
+            for verb in ("unlock", "open"):  # a locked door or container opens after its key unlocks it
+                needs[f"{verb} {names[args[1]]}"] = (names[args[0]],)
+    where: dict[str, tuple[str, ...]] = {}
+    for obj, holders in inside.items():  # an object in a chest is also in the chest's room
+        found, todo = set(holders), list(holders)
+        while todo:
+            for up in inside.get(todo.pop(), ()):
+                if up not in found:
+                    found.add(up)
+                    todo.append(up)
+        where[obj] = tuple(sorted(found))
+    objects = sorted({n for n in names.values() if n})
+    if any("knife" in o for o in objects):
+        needs.update({verb: tuple(o for o in objects if "knife" in o) for verb in _CUTTING})
+    if closed:
+        needs["closed"] = tuple(sorted(set(closed)))
+    plan = (game.get("metadata") or {}).get("walkthrough") or \
+        next((q.get("commands") for q in game.get("quests") or [] if q.get("commands")), [])
+    return WorldFacts(task_id, family, where, needs, tuple(plan), tuple(objects), "TextWorld game facts")
 

@@ -28,7 +28,15 @@ from ap_gym.paths import atomic_write_json
 from ap_gym.protocol.config import ConfigError, RunConfig, import_modules
 from ap_gym.protocol.executors import Executor, make_executor
 from ap_gym.protocol.executors.base import EvalJob, EvalResult, SettingsRunner, chunks
-from ap_gym.protocol.results import BENCHMARK, EPISODES, EpisodeLine, EpisodeLog, summarise
+from ap_gym.protocol.results import (
+    BENCHMARK,
+    EPISODES,
+    WORLDS,
+    EpisodeLine,
+    EpisodeLog,
+    WorldLog,
+    summarise,
+)
 from ap_gym.protocol.setting import (
     Resources,
     Setting,
@@ -128,6 +136,7 @@ class Runner:
         run_dir = config.run_dir
         self._check_resumable(run_dir)
         inputs = self._check_inputs(run_dir)
+        self._check_skills()
         built = preflight(self.config, self.resources)  # every part checked now, never mid-grid; nothing written yet
         run_dir.mkdir(parents=True, exist_ok=True)
         self._write_metadata(run_dir, built)
@@ -181,6 +190,27 @@ class Runner:
         paths = {str(p.options["frozen_abstractions"]) for p in self.config.policies
                  if isinstance(p.options.get("frozen_abstractions"), str)}
         return [Path(p) for p in sorted(paths)]
+
+    def _check_skills(self) -> None:
+        """Every setting with a frozen skills file finds its own set in it (its backbone and
+        seed), checked before anything is written: a file exported for seed 0 once crashed
+        a run at its second setting, mid-grid."""
+        from ap_gym.errors import APGymError
+        from ap_gym.protocol.skills import skills_for
+
+        missing = []
+        for s in self.settings():
+            path = s.policy.options.get("frozen_abstractions")
+            if isinstance(path, str):
+                try:
+                    skills_for(path, s.benchmark, s.backbone, s.seed)
+                except APGymError as e:
+                    missing.append(f"{s.benchmark}/{s.backbone + '/' if s.backbone else ''}{s.label}/seed{s.seed}: {e}")
+        if missing:
+            raise ConfigError(f"{len(missing)} setting(s) cannot take their frozen skills, so nothing was run: "
+                              + missing[0] + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                              + ". Export every seed and backbone the config runs: `ap-gym skills RUN --policy LABEL "
+                              "--benchmark B --out FILE` without --seed")
 
     def _check_inputs(self, run_dir: Path) -> dict[str, str]:
         """The input files' hashes; a file edited since the run started (between a kill and
@@ -296,6 +326,8 @@ class SettingRun:
         self.policy = build_policy(setting.policy, config, self.directory / "memory.sqlite", setting.seed,
                                    runner.resources, backbone_label=setting.backbone, benchmark=setting.benchmark)
         self.stateful, self.trains = info.stateful, info.learns or config.train_stateless
+        #: the training tasks' world facts, for the audit's grounded labeller (memory designs only)
+        self.worlds = WorldLog(self.directory / WORLDS) if self.stateful else None
         self.train_ids = self.env.unwrapped.task_ids("train")
         self.heldout = heldout_subset(self.env.unwrapped.task_ids("test"), config.heldout)
         per_iteration = (config.train_per_iter if self.trains else 0) + len(self.heldout)
@@ -354,6 +386,8 @@ class SettingRun:
             episode, attempts = run_with_retries(self.env, self.policy, task_id, self.setting.seed,
                                                  self.config.retries)
             self.log.append(self.line("train", it, index, EvalResult(episode, attempts)))
+            if self.worlds is not None:
+                self.worlds.add(self.env.unwrapped, task_id)
             self.bar.advance(self.task)
         if self.stateful:
             self.runner._save_snapshot(self.policy, snapshot)

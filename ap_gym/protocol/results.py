@@ -42,6 +42,8 @@ __all__ = [
     "BENCHMARK",
     "EPISODES",
     "SCHEMA_VERSION",
+    "WORLDS",
+    "WorldLog",
     "EpisodeHeader",
     "EpisodeLine",
     "EpisodeLog",
@@ -56,6 +58,7 @@ __all__ = [
     "load_record_keys",
     "load_records",
     "load_stand_ins",
+    "load_worlds",
     "misfiled",
     "parse_header",
     "parse_line",
@@ -71,6 +74,9 @@ log = logging.getLogger(__name__)
 EPISODES = "episodes.jsonl"
 #: Per setting: which benchmark ran and what stood in for it (``stand_in``).
 BENCHMARK = "benchmark.json"
+#: Per setting of a memory design: what the engine knows of each training task's world
+#: (:class:`~ap_gym.types.WorldFacts`, one line a task), for the audit's grounded labeller.
+WORLDS = "worlds.jsonl"
 PHASES = ("train", "eval")
 #: The schema this ap-gym writes; :data:`SCHEMAS_READ` the ones it reads.
 SCHEMA_VERSION = 2
@@ -635,6 +641,46 @@ def load_abstraction_vectors(setting_dir: str | Path, ids: Any) -> dict[int, Any
     if not ids:
         return {}
     return _read_memory(setting_dir, lambda db: dict(zip(ids, AbstractionStore(db).embeddings(ids), strict=True)), {})
+
+
+class WorldLog:
+    """A setting's ``worlds.jsonl``: each task's :class:`~ap_gym.types.WorldFacts`, written
+    once, the first time a training episode of the task ends (appended and flushed, so a
+    killed run keeps what it wrote; a torn last line is skipped on reading)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.known = set(load_worlds(self.path.parent))
+
+    def add(self, env: Any, task_id: str) -> None:
+        """Ask ``env`` (a :class:`~ap_gym.envs.TextEnv`) for ``task_id``'s facts, once; an
+        engine that cannot say (``None``, no ``world_facts``) or fails is skipped."""
+        if task_id in self.known:
+            return
+        self.known.add(task_id)
+        ask = getattr(env, "world_facts", None)
+        try:
+            facts = ask(task_id) if callable(ask) else None
+        except Exception as e:  # the audit loses a check, the run loses nothing
+            log.warning("no world facts for %s: %s", task_id, e)
+            return
+        if facts is not None:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(facts.to_dict()) + "\n")
+
+
+def load_worlds(setting_dir: str | Path) -> dict[str, Any]:
+    """Task id -> :class:`~ap_gym.types.WorldFacts` of a setting (``{}`` without a
+    ``worlds.jsonl``; damaged lines are skipped)."""
+    from ap_gym.types import WorldFacts
+
+    out: dict[str, Any] = {}
+    with contextlib.suppress(OSError):
+        for line in (Path(setting_dir) / WORLDS).read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError):
+                facts = WorldFacts.from_dict(json.loads(line))
+                out[facts.task_id] = facts
+    return out
 
 
 def load_records(setting_dir: str | Path, ids: Any) -> dict[int, Any]:

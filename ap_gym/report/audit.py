@@ -38,7 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ap_gym.protocol.results import EpisodeHeader, load_abstractions, load_benchmark, load_records
+from ap_gym.protocol.results import (
+    EpisodeHeader,
+    load_abstractions,
+    load_benchmark,
+    load_records,
+    load_worlds,
+)
+from ap_gym.report.labels import Label
 from ap_gym.report.stats import Estimate, difference, mantel_haenszel, proportion
 from ap_gym.text import (
     ACTION_WORDS,
@@ -70,6 +77,7 @@ class SourceRecord:
     steps: tuple[tuple[str, str], ...]  # (action, observation)
     success: bool
     family: str = ""
+    task_id: str = ""  # whose world facts (``worlds.jsonl``) the grounded labeller checks against
 
     @classmethod
     def of(cls, record: Any) -> SourceRecord:
@@ -81,18 +89,11 @@ class SourceRecord:
                 steps.append((str(s.get("action", "")), str(s.get("observation", ""))))
             else:
                 steps.append((str(s[0]), str(s[1])))
-        return cls(str(get("instruction", "")), tuple(steps), bool(get("success", False)), str(get("family", "") or ""))
+        return cls(str(get("instruction", "")), tuple(steps), bool(get("success", False)), str(get("family", "") or ""),
+                   str(get("task_id", "") or ""))
 
     def text(self) -> str:
         return " ".join([self.instruction, *(f"{a} {o}" for a, o in self.steps)]).lower()
-
-
-@dataclass(frozen=True)
-class Label:
-    """A labeller's verdict: flagged or not, and why (one reason per rule that fired)."""
-
-    flagged: bool
-    reasons: tuple[str, ...] = ()
 
 
 class Labeller(Protocol):
@@ -386,6 +387,12 @@ def describe_labeller(labeller: Any) -> str:
         return " or ".join(describe_labeller(x) for x in labeller.labellers)
     if isinstance(labeller, JudgeLabeller):
         return f"JudgeLabeller({getattr(labeller.backbone, 'identity', '?')})"
+    if type(labeller).__name__ == "GroundedLabeller":
+        from ap_gym.report.grounded import SEES
+
+        sees = SEES.get(labeller.benchmark)
+        return (f"GroundedLabeller ({labeller.benchmark}: checks {', '.join(sees) if sees else 'nothing'} against "
+                f"{len(labeller.worlds)} recorded worlds)")
     if isinstance(labeller, EnvironmentLabeller):
         return "EnvironmentLabeller" + (" (the env declares no grammar: no grammar check)" if labeller.grammar is None
                                         else "")
@@ -447,10 +454,6 @@ def audit_labelled(setting: str, abstractions: Sequence[Any], labeller: Callable
     units = tuple(Unit(any(flags.get(p, False) for p in inv.parents), lab.flagged, inv.admitted, inv.family, inv.coin,
                        any(flags.get(p, False) for p in inv.would_be_parents))
                   for inv, lab in zip(invocations, all_labels, strict=True))
-    reasons: dict[str, int] = {}
-    for lab in labels.values():
-        for kind in {r.split(":")[0] for r in lab.reasons}:
-            reasons[kind] = reasons.get(kind, 0) + 1
     row = AuditRow(
         setting=setting,
         abstractions=len(abstractions),
@@ -464,10 +467,19 @@ def audit_labelled(setting: str, abstractions: Sequence[Any], labeller: Callable
         exposed_invocations=sum(x.exposed for x in units),
         flagged_exposed_invocations=sum(x.exposed and x.flagged for x in units),
         admitted_invocations=sum(x.admitted for x in units),
-        reasons=reasons,
+        reasons=_reason_counts(labels.values()),
         units=units,
     )
     return row, labels
+
+
+def _reason_counts(labels: Iterable[Label]) -> dict[str, int]:
+    """How many labels gave each kind of reason (a reason's text up to its colon)."""
+    counts: dict[str, int] = {}
+    for lab in labels:
+        for kind in {r.split(":")[0] for r in lab.reasons}:
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
 
 
 def rejected_items(headers: Iterable[EpisodeHeader]) -> list[tuple[str, Any]]:
@@ -526,7 +538,12 @@ def audit_setting(directory: str | Path, rejected: Iterable[tuple[str, Any]], na
     if labeller is None:
         meta = load_benchmark(directory)
         grammar = meta.get("grammar")
-        rules = EnvironmentLabeller(Grammar.from_dict(grammar) if isinstance(grammar, Mapping) else None)
+        rules: Any = EnvironmentLabeller(Grammar.from_dict(grammar) if isinstance(grammar, Mapping) else None)
+        worlds = load_worlds(directory)
+        if worlds:  # the engine's facts of the training tasks: claims checked against the world
+            from ap_gym.report.grounded import GroundedLabeller
+
+            rules = AnyOf([rules, GroundedLabeller(worlds, str(meta.get("benchmark") or name.split("/")[0]))])
         judged = JudgeLabeller(judge, str(meta.get("benchmark") or name.split("/")[0])) if judge is not None else None
         labeller = rules if judged is None else judged if mode == "judge" else AnyOf([rules, judged])
     ids = {i for a in stored for i in a.sources} | {i for inv in invocations for i in inv.sources}

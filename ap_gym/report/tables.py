@@ -237,22 +237,41 @@ def modes(r: Results, name: str) -> Table | None:
                  ["method", "setting", "phase", "mode", "episodes", "share"], data)
 
 
+def _same_synthesis(r: Results, persist: str, discard: str) -> bool:
+    """Whether ``discard`` is ``persist`` without ``persist_guidance``, in the same run."""
+    a, b = r.methods[persist], r.methods[discard]
+    options = dict(a.spec.get("options") or {})
+    options.pop("persist_guidance", None)
+    return a.run == b.run and options == dict(b.spec.get("options") or {})
+
+
 def discard_vs_persist(r: Results, name: str) -> Table | None:
-    """Table 2: the same synthesis, guidance discarded against persisted."""
+    """Table 2: the same synthesis, guidance discarded against persisted.
+
+    Both arms must come from one run, with the same options but ``persist_guidance`` (the
+    same tasks, seeds, backbone and synthesis): a discard arm from the main run beside a
+    persist arm from another run compares two runs, not two fates of the same guidance.
+    ``None`` (and no table) when no run holds such a pair."""
     labels = [m for m in r.order if r.methods[m].name == name]
     persist = [m for m in labels if (r.methods[m].spec.get("options") or {}).get("persist_guidance")]
-    discard = sorted((m for m in labels if m not in persist), key=lambda m: m != r.flagship)
-    if not persist or not discard:
+    pairs = [(d, p) for p in persist
+             for d in sorted((m for m in labels if m not in persist), key=lambda m: m != r.flagship)
+             if _same_synthesis(r, p, d)][:1]
+    if not pairs:
         return None
+    discard, kept = pairs[0]
     success = r.per_seed(r.final_all, lambda xs: _rate(xs, False))
     rows, data = [], []
     for s in r.settings:
-        a, b = success.get((s, discard[0]), []), success.get((s, persist[0]), [])
+        a, b = success.get((s, discard), []), success.get((s, kept), [])
+        if not a and not b:
+            continue
         rows.append([s, _pm(a, 100), _pm(b, 100)])
         data.append([s, *(round(100 * v, 4) for v in (*mean_std(a), *mean_std(b)))])
     return Table("discard_vs_persist", "Table 2: discard versus persist (final held-out success, %)",
-                 ["setting", f"discard ({discard[0]})", f"persist ({persist[0]})"], rows,
-                 "The same synthesis; only what happens to the guidance afterwards differs. Mean ± std over seeds.",
+                 ["setting", f"discard ({discard})", f"persist ({kept})"], rows,
+                 f"One run ({r.methods[kept].run}): the same tasks, seeds and synthesis; only what happens to the "
+                 "guidance afterwards differs. Mean ± std over seeds.",
                  ["setting", "discard_mean", "discard_std", "persist_mean", "persist_std"], data)
 
 

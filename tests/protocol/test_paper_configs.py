@@ -107,14 +107,16 @@ def test_ci_sized_main_run_gives_table_1(tmp_path):
     text = (out / "report.md").read_text()
     rows = (out / "final_success.csv").read_text().splitlines()  # long: one row per method and setting
     assert rows[0] == "method,setting,success_mean,success_std,seeds"
-    assert len({r.split(",")[1] for r in rows[1:]}) == 2 * 2 and len(rows) == 1 + 7 * 2 * 2
+    assert len({r.split(",")[1] for r in rows[1:]}) == 2 * 2 and len(rows) == 1 + 8 * 2 * 2
+    assert "## Table 2: discard versus persist" in text  # both arms in the main run
     assert "| mean over settings |" in text
     assert "## Table 1: final held-out success" in text
     assert "**shop**: Shop, ap-gym's self-contained stand-in for WebShop" in text
     assert "**alfworld**: ALFWorld games generated offline" in text
     family = [r.split(",")[0] for r in (out / "stats.csv").read_text().splitlines()[1:]]
     assert sorted(family) == ["abstraction", "autorefine", "joint", "reflexion", "trajectory"]
-    assert [r.split(",")[0] for r in (out / "stats_other.csv").read_text().splitlines()[1:]] == ["no_memory"]
+    assert [r.split(",")[0] for r in (out / "stats_other.csv").read_text().splitlines()[1:]] == ["ap_persist",
+                                                                                                "no_memory"]
     iterations = {h.iteration for h in load_headers(run_dir) if h.setting == "shop/scout/anti_persistence/seed0"}
     assert iterations == {-1, 0}  # before the first training iteration, and after it
 

@@ -126,3 +126,23 @@ def test_export_skips_damaged_rejections(tmp_path):
     data = export_skills(run_dir, "filtered", tmp_path / "s.json")
     (entry,) = data["settings"].values()
     assert [f["text"] for f in entry["filtered_out"]] == ["Keep me."]
+
+
+def test_a_skills_file_without_every_settings_set_is_refused_before_anything_runs(tmp_path):
+    """ablations_frozen.yaml's comment once exported seed 0 only; the run then crashed at its
+    second setting with a traceback. Now: refused before the run directory exists."""
+    skills = tmp_path / "skills.json"
+    skills.write_text(json.dumps({"format": "ap-gym-skills/2", "run": "x", "embedder": None, "settings": {
+        "shop/llama-4-scout/abstraction_filtered/seed0": {"admitted": [{"text": "Skill."}], "filtered_out": []},
+        "shop/qwen3-coder-next/abstraction_filtered/seed0": {"admitted": [{"text": "Skill."}], "filtered_out": []}}}))
+    frozen = yaml.safe_load((PAPER / "ablations_frozen.yaml").read_text())
+    assert "--seed" not in (PAPER / "ablations_frozen.yaml").read_text()  # its own comment exports every seed
+    for p in frozen["policies"]:
+        p["options"] = {**p["options"], **TINY_AGENT, "frozen_abstractions": str(skills)}
+    frozen.update(out=str(tmp_path), benchmarks=["shop"], backbones={"llama-4-scout": "tiny", "qwen3-coder-next": "tiny"},
+                  seeds=[0, 1], iterations=1, train_per_iter=1, heldout=1, max_steps=3, workers=1, env_options={},
+                  embedder="default")
+    config_ = RunConfig.from_dict(frozen)
+    with pytest.raises(ConfigError, match=r"2 setting\(s\) cannot take their frozen skills.*seed1.*without --seed"):
+        run(config_, progress=False)
+    assert not config_.run_dir.exists()

@@ -71,6 +71,24 @@ def test_two_runs_sharing_a_label_are_never_merged(tmp_path):
     assert "60.0" not in (out / "report.md").read_text().split("## Table 1:")[1].split("##")[0]
 
 
+def test_table_2_pairs_discard_and_persist_from_one_run_only(tmp_path):
+    """Discard from one run beside persist from another compares runs, not the fate of the
+    same guidance: no Table 2 then; with both arms in one run, that run's pair."""
+    persist = {"ap_persist": {"persist_guidance": True}}
+    a = synthetic_run(tmp_path, "a", {"anti_persistence": [True] * 8 + [False] * 2})
+    b = synthetic_run(tmp_path, "b", {"ap_persist": [True] * 2 + [False] * 8}, options=persist)
+    out = write_report([a, b], out=tmp_path / "apart")
+    assert not (out / "discard_vs_persist.csv").exists()
+    assert "## Table 2" not in (out / "report.md").read_text()
+    c = synthetic_run(tmp_path, "c", {"anti_persistence": [True] * 6 + [False] * 4,
+                                      "ap_persist": [True] * 3 + [False] * 7}, options=persist)
+    out = write_report([a, c], out=tmp_path / "together")
+    text = (out / "report.md").read_text()
+    assert "One run (c)" in text
+    table = rows(out / "discard_vs_persist.csv")
+    assert [(r["discard_mean"], r["persist_mean"]) for r in table] == [("60.0", "30.0")]
+
+
 def test_a_setting_whose_memory_cannot_be_read_is_named_not_dropped(tiny_run, tmp_path):
     """The audit once skipped such a setting without a word (``except Exception: continue``),
     so a damaged store looked like a method that stored nothing."""
@@ -162,3 +180,17 @@ def test_the_report_can_label_with_a_judge_and_names_its_labeller(tiny_run, tmp_
     rules = (tiny_run / "report" / "report.md").read_text() if (tiny_run / "report" / "report.md").exists() else \
         (write_report([tiny_run], out=tmp_path / "rules") / "report.md").read_text()
     assert "Labeller: EnvironmentLabeller: precision" in rules
+
+
+def test_training_worlds_are_recorded_and_the_audit_checks_claims_against_them(tiny_run, tmp_path):
+    from ap_gym.protocol.results import load_headers, load_worlds
+
+    setting = tiny_run / "shop" / "abstraction" / "seed0"
+    worlds = load_worlds(setting)
+    trained = {h.task_id for h in load_headers(tiny_run) if h.phase == "train" and h.setting.startswith("shop/abstraction/seed0")}
+    assert trained and set(worlds) == trained  # each training task's facts, once
+    facts = next(iter(worlds.values()))
+    assert facts.plan and facts.plan[-1] == "click[buy now]" and facts.engine == "the Shop's catalogue"
+    assert not (tiny_run / "shop" / "no_memory" / "seed0" / "worlds.jsonl").exists()  # no memory: nothing to audit
+    text = (write_report([tiny_run], out=tmp_path / "r") / "report.md").read_text()
+    assert "GroundedLabeller (shop: checks order, overgeneralised against" in text
