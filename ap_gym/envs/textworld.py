@@ -488,7 +488,9 @@ def textworld_facts(game: Mapping[str, Any], task_id: str, family: str) -> World
     facts = [(f["name"], [a["name"] for a in f.get("arguments", [])]) for f in game.get("world", [])]
     for pred, args in facts:
         if pred in ("at", "in", "on") and len(args) == 2 and args[0] not in ("P", "I") and names.get(args[0]):
-            inside.setdefault(names[args[0]], set()).add(names.get(args[1], args[1]))
+            holder = "inventory" if args[1] == "I" else names.get(args[1])  # what the player carries at the start
+            if holder:
+                inside.setdefault(names[args[0]], set()).add(holder)
         elif pred in ("closed", "locked") and args and names.get(args[0]):
             closed.append(names[args[0]])
         elif pred == "match" and len(args) == 2 and names.get(args[0]) and names.get(args[1]):
