@@ -8,8 +8,8 @@ recall with 95 % Wilson intervals per benchmark, and apart for items whose synth
 exposed to a flagged parent and items that were not (a labeller whose recall follows
 style would turn inherited style into a reproduction gap). ``--judge SPEC`` adds an LLM
 judge through that backbone (alone, and together with the rules). The rules' figures on
-the natural test split are written to ``ap_gym/report/labeller.json``, which the report
-quotes under its audit.
+the natural test split are not the report's card any more: that is measured per error type
+on a set written after the rules were frozen (``benchmarks/grounded_card.py``).
 
     python benchmarks/audit_labeller.py [--judge http://host:8000/v1]
 """
@@ -17,7 +17,6 @@ quotes under its audit.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,6 @@ from ap_gym.report.stats import proportion  # noqa: E402
 from benchmarks._bench import emit  # noqa: E402
 
 HERE = Path(__file__).with_name("audit")
-CARD = Path(__file__).resolve().parents[1] / "ap_gym" / "report" / "labeller.json"
 
 
 def load() -> tuple[dict[str, SourceRecord], dict[str, list[dict[str, Any]]]]:
@@ -106,14 +104,6 @@ def main() -> None:
         for name, jud, alone in labellers:
             scores, misses = measure(items, sources, jud, alone)
             lines += table(f"{set_name} ({name})", scores)
-            if set_name == "natural test" and name == "rules":
-                CARD.write_text(json.dumps({
-                    "labeller": "EnvironmentLabeller", "set": "benchmarks/audit/natural.yaml, test split",
-                    "n": scores["all"]["n"], "precision": str(scores["all"]["precision"]),
-                    "recall": str(scores["all"]["recall"]),
-                    "exposed": {k: str(scores.get("exposed", {}).get(k, "n/a")) for k in ("precision", "recall")},
-                    "unexposed": {k: str(scores.get("unexposed", {}).get(k, "n/a")) for k in ("precision", "recall")},
-                }, indent=1) + "\n")
             if name == "rules" and set_name != "natural dev":
                 all_misses += [f"{set_name}: {m[2:]}" for m in misses]
     body = ["Labeller: `EnvironmentLabeller` (rules: grammar, absent objects, contradicted claims)"

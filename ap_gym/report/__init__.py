@@ -24,30 +24,41 @@ from ap_gym.report.tables import Table
 __all__ = ["DEFAULT_METHOD", "Results", "Table", "collect", "report_tables", "write_report"]
 
 AUDIT_INTRO = (
-    "An abstraction is *flagged* by the labeller named below; not flagged means not flagged, never correct. The "
-    "paper's gap compares stored abstractions with and without a flagged parent; with an admission filter that "
-    "depends on the flag it is biased, so the estimates count every synthesis invocation, admitted or rejected, "
-    "each with its 95 % interval (Wilson; Newcombe for the gap): q (exposed to a flagged parent), alpha (flagged "
-    "given exposed), beta (flagged given not), the gap alpha - beta, the same gap stratified by task family "
-    "(Mantel-Haenszel: errors and exposure can both follow the family, which alone makes a raw gap), eta (admission "
-    "of a flagged exposed output) and the joint rate of exposed, flagged and admitted outputs. A pruned abstraction "
-    "counts as not admitted. Association, not causation (benchmarks/recovery.py shows the estimators recovering a "
-    "planted truth and staying at 0 on a confounded null).")
+    "What a flag measures: the labeller named below found, in an abstraction, an invented command, an object no "
+    "source record shows, a command that failed every time it was issued, or (where the run recorded the engine's "
+    "facts of its training tasks: TextWorld, ALFWorld, the Shop) a claim the world contradicts: a wrong location, "
+    "precondition or order, a failure over-generalised, one task's fact stated for its family. Not flagged means "
+    "not flagged, never correct. The card under this table gives the labeller's precision and recall per error "
+    "type on a set written after its rules were frozen, and which types it cannot see. The paper's gap compares "
+    "stored abstractions with and without a flagged parent; with an admission filter that depends on the flag it "
+    "is biased, so the estimates count every synthesis invocation (seeded items are parents, never invocations), "
+    "admitted or rejected, each with its 95 % interval (Wilson; Newcombe for gaps): q (exposed to a flagged "
+    "parent), alpha (flagged given exposed), beta (flagged given not), the gap alpha - beta, the same gap "
+    "stratified by task family (Mantel-Haenszel with Newcombe-style bounds), eta (admission of a flagged exposed "
+    "output) and the joint rate of exposed, flagged and admitted outputs. These are associations: stratifying by "
+    "family removes confounding across families only; within a family (harder tasks retrieving harder tasks' "
+    "abstractions) or over a run whose error rate drifts, the stratified gap can exclude 0 with no copying at all "
+    "(benchmarks/recovery.py). With `audit: {randomise_exposure: p}` the run withholds each synthesis call's "
+    "retrieved parents by a recorded coin, and the randomised gap (shown minus withheld, among calls whose task "
+    "retrieved a flagged abstraction) is a causal estimate. A pruned abstraction counts as not admitted.")
 
 
 def labeller_card(labeller: str) -> str:
-    """What is measured of the rules labeller (``labeller.json``, written by benchmarks/audit_labeller.py)."""
+    """What is measured of the labeller (``labeller.json``, written by benchmarks/grounded_card.py)."""
     import json
     from importlib import resources
 
     if "Judge" in labeller or not labeller.startswith("EnvironmentLabeller"):
-        return (f"{labeller}: with a judge, its precision and recall are not measured here; measure them with "
-                "benchmarks/audit_labeller.py --judge SPEC.")
+        return (f"{labeller}: with a judge or a labeller of your own, its precision and recall are not measured here; "
+                "measure them with benchmarks/grounded_card.py (or benchmarks/audit_labeller.py --judge SPEC).")
     card = json.loads((resources.files("ap_gym.report") / "labeller.json").read_text())
-    return (f"{labeller}: precision {card['precision']}, recall {card['recall']} on {card['n']} abstractions in "
-            f"models' style ({card['set']}); exposed ones: precision {card['exposed']['precision']}, recall "
-            f"{card['exposed']['recall']}; unexposed: precision {card['unexposed']['precision']}, recall "
-            f"{card['unexposed']['recall']}.")
+    types = "; ".join(f"{t}: recall {c['recall']}, precision of its flags {c['precision']} (n={c['n']})"
+                      for t, c in card["types"].items() if c["n"] or c["flagged_as_type"])
+    unseen = ", ".join(card.get("cannot_see", [])) or "none"
+    return (f"{labeller}: measured once on {card['n']} abstractions ({card['erroneous']} erroneous) of "
+            f"{card['set']}: precision {card['precision']}, recall {card['recall']}. Per error type: {types}. "
+            f"Cannot see (no engine facts): {unseen}; on ScienceWorld and the official WebShop only the "
+            "grammar, absent and contradicted rules run.")
 
 
 def report_tables(r: Results, labeller: Any = None, audit: bool = True, judge: Any = None,

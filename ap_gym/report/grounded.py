@@ -24,7 +24,7 @@ A claim the facts cannot settle (an object or action the engine says nothing abo
 benchmark whose engine gives no facts, such as ScienceWorld here) stays unchecked, and an
 abstraction with no checked claim is unclassified: never "correct". What each engine
 lets this see is :data:`SEES`; the labeller's measured precision and recall per error type
-is the card ``ap_gym/report/labeller.json`` (``benchmarks/audit_labeller.py``).
+is the card ``ap_gym/report/labeller.json`` (``benchmarks/grounded_card.py``).
 """
 
 from __future__ import annotations
