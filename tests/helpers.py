@@ -144,7 +144,7 @@ def labeller_for(benchmark: str):
     return EnvironmentLabeller(env_class(resolve_benchmark(benchmark)).grammar)
 
 
-def synthetic_run(root: Path, name: str, outcomes: dict[str, list[bool]], *, benchmark: str = "shop",
+def synthetic_run(root: Path, name: str, outcomes: dict[str, list[bool]], *, benchmark: str | tuple[str, ...] = "shop",
                   seeds: tuple[int, ...] = (0,), backbone: str = "tiny-llama(seed=0)",
                   options: dict[str, dict[str, Any]] | None = None) -> Path:
     """A run directory in the results format, written directly: for each policy label, its
@@ -157,22 +157,24 @@ def synthetic_run(root: Path, name: str, outcomes: dict[str, list[bool]], *, ben
 
     run_dir = root / name
     labels = list(outcomes)
-    config = RunConfig.from_dict({"name": name, "benchmarks": [benchmark], "backbone": "tiny", "out": str(root),
+    benches = [benchmark] if isinstance(benchmark, str) else list(benchmark)
+    config = RunConfig.from_dict({"name": name, "benchmarks": benches, "backbone": "tiny", "out": str(root),
                                   "policies": [{"name": "anti_persistence", "label": label,
                                                 **({"options": options[label]} if label in (options or {}) else {})}
                                                for label in labels],
                                   "seeds": list(seeds), "iterations": 1})
     atomic_write_json(run_dir / "config.json", {"config": config.to_dict(), "backbone": {"identity": backbone}})
-    for label, wins in outcomes.items():
-        for seed in seeds:
-            directory = run_dir / benchmark / label / f"seed{seed}"
-            directory.mkdir(parents=True)
-            lines = []
-            for i, won in enumerate(wins):
-                episode = Episode(f"{benchmark}/{i}", "f", "do it", "", (), won, 100.0 * won, 100.0,
-                                  Termination.WON if won else Termination.LOST, seed=seed)
-                lines.append(EpisodeLine.of("eval", 0, i, benchmark, label, seed, 1, episode).to_json())
-            (directory / EPISODES).write_text("\n".join(lines) + "\n")
+    for bench in benches:
+        for label, wins in outcomes.items():
+            for seed in seeds:
+                directory = run_dir / bench / label / f"seed{seed}"
+                directory.mkdir(parents=True)
+                lines = []
+                for i, won in enumerate(wins):
+                    episode = Episode(f"{bench}/{i}", "f", "do it", "", (), won, 100.0 * won, 100.0,
+                                      Termination.WON if won else Termination.LOST, seed=seed)
+                    lines.append(EpisodeLine.of("eval", 0, i, bench, label, seed, 1, episode).to_json())
+                (directory / EPISODES).write_text("\n".join(lines) + "\n")
     return run_dir
 
 

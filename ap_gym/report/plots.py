@@ -77,12 +77,22 @@ def curves(r: Results, path: Path) -> Path:
 
 def success_vs_cost(r: Results, path: Path) -> Path:
     """Final held-out success against LLM calls per task, one point per method (±1 std over seeds)."""
-    fig, axes = _figure(1, len(r.settings))
+    mean_panel = len(r.settings) > 1  # the paper's Figure 3 also shows the mean over settings
+    fig, axes = _figure(1, len(r.settings) + mean_panel)
     success = r.per_seed(r.final, lambda xs: 100 * statistics.fmean(x.head.success for x in xs))
     cost = r.per_seed(r.final, lambda xs: statistics.fmean(x.head.usage.llm_calls for x in xs))
-    for col, s in enumerate(r.settings):
+    panels = [*r.settings, *(["mean over settings"] if mean_panel else [])]
+    for col, s in enumerate(panels):
         ax = axes[0][col]
         for m in r.order:
+            if s == "mean over settings":  # each setting's mean over seeds, then their mean (± std over settings)
+                mine = [t for t in r.settings if (t, m) in success]
+                if not mine:
+                    continue
+                (y, ys) = mean_std([mean_std(success[(t, m)])[0] for t in mine])
+                (x, xs) = mean_std([mean_std(cost[(t, m)])[0] for t in mine])
+                ax.errorbar([x], [y], xerr=[xs], yerr=[ys], fmt="o", capsize=3, label=f"{m} ({len(mine)} settings)")
+                continue
             if (s, m) not in success:
                 continue
             (y, ys), (x, xs) = mean_std(success[(s, m)]), mean_std(cost[(s, m)])

@@ -189,10 +189,23 @@ def calls(r: Results) -> Table:
                          parse])
             data.append([m, s, mode, *(round(x, 4) for k in ("calls", "acting", "other", "steps", "score")
                                        for x in mean_std([y for y in v[k] if not math.isnan(y)])), parse])
+    if len(r.settings) > 1:  # each setting's mean over seeds, then their mean (± std over settings)
+        for m in r.order:
+            mine = [s for s in r.settings if (s, m) in per["calls"]]
+            if not mine:
+                continue
+            means = {k: [mean_std([y for y in per[k][(s, m)] if not math.isnan(y)])[0] for s in mine] for k in per}
+            means = {k: [y for y in v if not math.isnan(y)] for k, v in means.items()}
+            rows.append([_name(r, m), f"mean over settings ({len(mine)})", "", _pm(means["calls"], digits=2),
+                         _pm(means["acting"], digits=2), _pm(means["other"], digits=2), _pm(means["steps"]),
+                         _pm(means["score"]), ""])
+            data.append([m, "mean over settings", "", *(round(x, 4) for k in ("calls", "acting", "other", "steps",
+                                                                            "score") for x in mean_std(means[k])), ""])
     return Table("llm_calls", "Table 6: LLM calls, trajectory length and score per held-out task (final iteration)",
                  ["method", "setting", "action mode", "LLM calls", "acting", "synthesis+reflection+maintenance+admission",
                   "steps", "score (% of max)", "parse failures"], rows,
-                 "Mean ± std over seeds of each seed's mean per task.",
+                 "Mean ± std over seeds of each seed's mean per task; 'mean over settings': the mean (± std) of the "
+                 "settings' means.",
                  ["method", "setting", "action_mode", "llm_calls_mean", "llm_calls_std", "acting_mean", "acting_std",
                   "other_calls_mean", "other_calls_std", "steps_mean", "steps_std", "score_mean", "score_std",
                   "parse_failures"], data)

@@ -129,3 +129,32 @@ def test_alpha_counts_rejected_outputs_too():
     assert (row.exposed_invocations, row.flagged_exposed_invocations) == (3, 2)
     assert row.alpha == pytest.approx(2 / 3) and row.rate_exposed == 0.0
     assert row.eta == pytest.approx(2 / 5) and row.q == pytest.approx(3 / 5)
+
+
+def test_every_interval_stays_inside_its_range_and_has_width_on_edge_counts():
+    """Zero events, all events, one unit, empty strata: Wilson, Newcombe and the stratified
+    interval stay inside [0, 1] / [-1, 1] and are never of zero width (or say they cannot be had)."""
+    import itertools
+    import math
+
+    from ap_gym.report.stats import difference, mantel_haenszel, proportion
+
+    sizes = (1, 2, 3, 7, 40)
+    for n in sizes:
+        for k in (0, 1, n // 2, n - 1, n):
+            e = proportion(max(0, min(k, n)), n)
+            assert 0.0 <= e.low < e.high <= 1.0 and e.low <= e.value <= e.high
+    for n1, n0 in itertools.product(sizes, sizes):
+        for k1, k0 in itertools.product({0, n1 // 2, n1}, {0, n0 // 2, n0}):
+            d = difference(k1, n1, k0, n0)
+            assert -1.0 <= d.low < d.high <= 1.0 and d.low <= d.value <= d.high, (k1, n1, k0, n0, d)
+    strata_sets = [[(0, 5, 0, 5)], [(0, 5, 0, 5), (0, 3, 0, 9)], [(5, 5, 0, 5)], [(3, 3, 3, 3), (0, 1, 1, 1)],
+                   [(0, 0, 2, 4), (1, 2, 0, 0)], [(2, 4, 0, 6), (0, 7, 7, 7), (1, 1, 0, 1)]]
+    for strata in strata_sets:
+        mh = mantel_haenszel(strata)
+        if math.isnan(mh.value):
+            assert str(mh) == "n/a"  # no stratum with both arms: no estimate, not a fake interval
+        else:
+            assert -1.0 <= mh.low < mh.high <= 1.0 and mh.estimable, (strata, mh)
+    assert str(difference(0, 0, 1, 1)) == "n/a"
+

@@ -194,3 +194,35 @@ def test_training_worlds_are_recorded_and_the_audit_checks_claims_against_them(t
     assert not (tiny_run / "shop" / "no_memory" / "seed0" / "worlds.jsonl").exists()  # no memory: nothing to audit
     text = (write_report([tiny_run], out=tmp_path / "r") / "report.md").read_text()
     assert "GroundedLabeller (shop: checks order, overgeneralised against" in text
+
+
+def test_no_printed_interval_of_the_audit_leaves_its_range_or_has_zero_width(tiny_run, tmp_path):
+    """A tiny run's audit is all edge cases (few invocations, often no exposure or no flag):
+    every '[lo, hi]' printed in its table is inside [-1, 1] and has width, and the CSV's
+    numeric bounds agree."""
+    import math
+    import re
+
+    out = write_report([tiny_run], out=tmp_path / "edges")
+    audit = (out / "report.md").read_text().split("## Error-reproduction audit")[1].split("\n## ")[0]
+    pairs = re.findall(r"\[(-?\d+\.\d+), (-?\d+\.\d+)\]", audit)
+    assert pairs, "the audit printed no interval: nothing was checked"
+    for lo, hi in pairs:
+        assert -1.0 <= float(lo) < float(hi) <= 1.0, (lo, hi)
+    for row in rows(out / "audit.csv"):
+        for key in [k for k in row if k.endswith("_lo")]:
+            lo, hi = row[key], row[key[:-3] + "_hi"]
+            if lo not in ("", "nan") and hi not in ("", "nan"):
+                assert -1.0 <= float(lo) < float(hi) <= 1.0 and not math.isnan(float(lo)), (key, lo, hi)
+
+
+def test_table_6_and_figure_3_give_the_mean_over_settings(tmp_path):
+    run = synthetic_run(tmp_path, "two", {"anti_persistence": [True] * 6 + [False] * 4, "trajectory": [True] * 2 + [False] * 8},
+                        benchmark=("shop", "textworld"), seeds=(0, 1))
+    out = write_report([run], out=tmp_path / "r")
+    table = rows(out / "llm_calls.csv")
+    means = [r for r in table if r["setting"] == "mean over settings"]
+    assert sorted(r["method"] for r in means) == ["anti_persistence", "trajectory"]
+    assert float(next(r for r in means if r["method"] == "anti_persistence")["score_mean"]) == 60.0
+    assert "mean over settings (2)" in (out / "report.md").read_text()
+    assert (out / "success_vs_cost.png").stat().st_size > 0
