@@ -57,7 +57,7 @@ def test_the_actor_follows_its_guidance_at_the_set_rate():
 
 
 def test_discarding_guidance_beats_persisting_it_with_the_same_records(study):
-    (headline, _) = study["tables"]
+    headline = study["tables"][0]
     discard, persist = (float(cell.split()[0]) for cell in headline.rows[0][:2])
     assert discard > persist
     run = study["run"]
@@ -73,10 +73,13 @@ def test_the_indirect_path_is_open_to_anti_persistence(study):
 
 
 def test_the_audit_sees_copying_in_abstraction_memory(study):
-    (_, table) = study["tables"]
+    table = study["tables"][-1]
     row = next(r for r in table.rows if r[0] == "abstraction")
-    alpha, beta = (float(cell.split()[0]) for cell in (row[7], row[8]))
-    assert alpha > beta
+    alpha, beta = row[7], row[8]
+    # seeded rules are parents, never invocations: with a flagged one in nearly every prompt, beta may have
+    # no unexposed synthesis call to count (n/a), never the seeded share (issue 39)
+    assert float(alpha.split()[0]) > 5 * SMALL.base_error
+    assert beta == "n/a" or float(beta.split()[0]) < float(alpha.split()[0])
 
 
 def test_randomised_exposure_recovers_the_copying_rate(study):
@@ -90,3 +93,27 @@ def test_the_report_says_what_the_study_is(study, tmp_path):
     assert "not a model result" in report and "Discard against persist" in report
     config = json.loads((study["run"] / "config.json").read_text())["config"]
     assert {p["label"]: bool(p["initial_state"]) for p in config["policies"]}["no_memory"] is False
+
+
+def test_the_dose_response_attributes_nothing_to_a_zero_share(study):
+    """Issue 39: at 0 % injected the headline contrast was still 0.30 (the actor's own errors,
+    copied); the dose-response states that base beside what injection adds, and a placebo
+    second 0 % run's dose effect holds 0."""
+    rows = study["dose"]
+    assert [r["share"] for r in rows] == [0.0, 0.0, SMALL.share]
+    base, placebo, dosed = rows
+    assert base["dose"] is None and base["seed"] != placebo["seed"]  # independent runs
+    assert placebo["dose"].covers(0.0) and -2.0 <= placebo["dose"].low < placebo["dose"].high <= 2.0
+    assert dosed["dose"].estimable
+    report = study["report"].read_text()
+    assert "Dose-response" in report and "placebo" in report
+
+
+def test_a_difference_of_differences_keeps_its_range():
+    from ap_gym.report.stats import difference
+    from ap_gym.studies.injection import difference_of_differences
+
+    d = difference_of_differences(difference(20, 20, 0, 20), difference(0, 20, 20, 20))
+    assert d.value == 2.0 and -2.0 <= d.low < d.high <= 2.0
+    same = difference_of_differences(difference(5, 10, 5, 10), difference(5, 10, 5, 10))
+    assert same.value == 0.0 and same.covers(0.0) and same.low < 0 < same.high
