@@ -218,10 +218,12 @@ def coverage(truth: Truth, seeds: Sequence[int]) -> dict[str, Any]:
     rows = [r for r, _ in simulated]
     randomised = [x for _, x in simulated]
     truths: dict[str, float] = {"eta": truth.admit_flagged}
-    if truth.equal_rates:
-        truths.update(alpha=truth.alpha(0), beta=truth.base_rates[0], gap=truth.gap(0))
-    out: dict[str, Any] = {"seeds": len(rows), "truth": dict(truths)}
     confounded = truth.hard_share > 0 or truth.drift > 0
+    if truth.equal_rates and not confounded:  # one base rate: alpha, beta and the gap each have one truth
+        truths.update(alpha=truth.alpha(0), beta=truth.base_rates[0], gap=truth.gap(0))
+    elif truth.copy == 0 or truth.compliance == 0:  # a null: no effect of exposure, whatever the rates
+        truths.update(gap=0.0)
+    out: dict[str, Any] = {"seeds": len(rows), "truth": dict(truths)}
     strat = [0.0 if truth.copy == 0 or truth.compliance == 0 else
              (float("nan") if confounded else stratified_truth(truth, r)) for r in rows]
     out["truth"]["stratified_gap"] = float(np.nanmean(strat)) if not all(np.isnan(strat)) else None
