@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_json", "atomic_write_text", "cache_dir", "package_file", "publish_dir"]
+__all__ = ["atomic_write_json", "atomic_write_text", "cache_dir", "package_file", "publish_dir", "umask_mode"]
 
 
 def cache_dir(*parts: str) -> Path:
@@ -52,10 +52,24 @@ def package_file(package: str, name: str, otherwise: str) -> Path:
     raise BackboneError(f"{dist} is installed but {name} is not in it; reinstall it, or {otherwise}")
 
 
+def umask_mode() -> int:
+    """The mode a new file gets under this process's umask (``0o666 & ~umask``): what
+    ``open()`` would give it. ``mkstemp`` makes files owner-only whatever the umask, so a
+    file written through a temporary one is set to this before it takes its name."""
+    try:  # Linux says it without changing it (os.umask would, for a moment, for every thread)
+        with open("/proc/self/status", encoding="ascii") as f:
+            mask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(fd, umask_mode())  # readable as the user's umask allows, as open() would make it
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

@@ -146,7 +146,8 @@ def labeller_for(benchmark: str):
 
 def synthetic_run(root: Path, name: str, outcomes: dict[str, list[bool]], *, benchmark: str | tuple[str, ...] = "shop",
                   seeds: tuple[int, ...] = (0,), backbone: str = "tiny-llama(seed=0)",
-                  options: dict[str, dict[str, Any]] | None = None) -> Path:
+                  options: dict[str, dict[str, Any]] | None = None,
+                  policy_info: dict[str, dict[str, Any]] | None = None) -> Path:
     """A run directory in the results format, written directly: for each policy label, its
     held-out outcomes (one episode per entry) in every seed, at iteration 0 (``options``:
     a label's policy options)."""
@@ -172,7 +173,8 @@ def synthetic_run(root: Path, name: str, outcomes: dict[str, list[bool]], *, ben
                 lines = []
                 for i, won in enumerate(wins):
                     episode = Episode(f"{bench}/{i}", "f", "do it", "", (), won, 100.0 * won, 100.0,
-                                      Termination.WON if won else Termination.LOST, seed=seed)
+                                      Termination.WON if won else Termination.LOST, seed=seed,
+                                      policy_info=(policy_info or {}).get(label, {}))
                     lines.append(EpisodeLine.of("eval", 0, i, bench, label, seed, 1, episode).to_json())
                 (directory / EPISODES).write_text("\n".join(lines) + "\n")
     return run_dir

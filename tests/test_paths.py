@@ -85,3 +85,23 @@ def test_builders_racing_on_an_empty_cache_never_pull_an_entry_from_under_a_read
     assert all(p.exitcode == 0 for p in builders)
     assert errors.empty(), errors.get()
     assert sorted(os.listdir(tmp_path)) == ["entry"]
+
+
+def test_files_written_atomically_are_as_readable_as_the_umask_allows(tmp_path):
+    """mkstemp makes files owner-only; run files (config.json, summary.json) were 0600
+    whatever the umask (issue 43)."""
+    import os
+    import stat
+
+    from ap_gym.paths import atomic_write_json, umask_mode
+
+    old = os.umask(0o022)
+    try:
+        assert umask_mode() == 0o644
+        atomic_write_json(tmp_path / "config.json", {"a": 1})
+        assert stat.S_IMODE((tmp_path / "config.json").stat().st_mode) == 0o644
+        os.umask(0o077)
+        atomic_write_json(tmp_path / "private.json", {"a": 1})
+        assert stat.S_IMODE((tmp_path / "private.json").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)

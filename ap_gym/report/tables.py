@@ -165,16 +165,18 @@ def _score(xs: list[Row]) -> float:
 
 
 def calls(r: Results) -> Table:
-    """Table 6: LLM calls and trajectory length per held-out task, with their spread over seeds."""
+    """Table 6: LLM calls, tokens and trajectory length per held-out task, with their spread over seeds."""
     stats: dict[str, Callable[[list[Row]], float]] = {
         "calls": lambda xs: statistics.fmean(x.head.usage.llm_calls for x in xs),
         "acting": lambda xs: statistics.fmean(x.head.usage.calls_for("acting") for x in xs),
         "other": lambda xs: statistics.fmean(x.head.usage.llm_calls - x.head.usage.calls_for("acting")
                                              for x in xs),
+        "tokens": lambda xs: statistics.fmean(x.head.usage.tokens for x in xs),
         "steps": lambda xs: statistics.fmean(x.head.num_steps for x in xs),
         "score": _score,
     }
     per = {k: r.per_seed(r.final, fn) for k, fn in stats.items()}
+    keys = ("calls", "acting", "other", "tokens", "steps", "score")
     rows, data = [], []
     for m in r.order:
         for s in r.settings:
@@ -185,9 +187,9 @@ def calls(r: Results) -> Table:
             parse = statistics.fmean(x.head.parse_failures for x in mine)
             v = {k: per[k][(s, m)] for k in per}
             rows.append([_name(r, m), s, mode, _pm(v["calls"], digits=2), _pm(v["acting"], digits=2),
-                         _pm(v["other"], digits=2), _pm(v["steps"]), _pm([x for x in v["score"] if not math.isnan(x)]),
-                         parse])
-            data.append([m, s, mode, *(round(x, 4) for k in ("calls", "acting", "other", "steps", "score")
+                         _pm(v["other"], digits=2), _pm(v["tokens"], digits=0), _pm(v["steps"]),
+                         _pm([x for x in v["score"] if not math.isnan(x)]), parse])
+            data.append([m, s, mode, *(round(x, 4) for k in keys
                                        for x in mean_std([y for y in v[k] if not math.isnan(y)])), parse])
     if len(r.settings) > 1:  # each setting's mean over seeds, then their mean (± std over settings)
         for m in r.order:
@@ -197,18 +199,18 @@ def calls(r: Results) -> Table:
             means = {k: [mean_std([y for y in per[k][(s, m)] if not math.isnan(y)])[0] for s in mine] for k in per}
             means = {k: [y for y in v if not math.isnan(y)] for k, v in means.items()}
             rows.append([_name(r, m), f"mean over settings ({len(mine)})", "", _pm(means["calls"], digits=2),
-                         _pm(means["acting"], digits=2), _pm(means["other"], digits=2), _pm(means["steps"]),
-                         _pm(means["score"]), ""])
-            data.append([m, "mean over settings", "", *(round(x, 4) for k in ("calls", "acting", "other", "steps",
-                                                                            "score") for x in mean_std(means[k])), ""])
+                         _pm(means["acting"], digits=2), _pm(means["other"], digits=2), _pm(means["tokens"], digits=0),
+                         _pm(means["steps"]), _pm(means["score"]), ""])
+            data.append([m, "mean over settings", "", *(round(x, 4) for k in keys for x in mean_std(means[k])), ""])
     return Table("llm_calls", "Table 6: LLM calls, trajectory length and score per held-out task (final iteration)",
                  ["method", "setting", "action mode", "LLM calls", "acting", "synthesis+reflection+maintenance+admission",
-                  "steps", "score (% of max)", "parse failures"], rows,
+                  "tokens", "steps", "score (% of max)", "parse failures"], rows,
                  "Mean ± std over seeds of each seed's mean per task; 'mean over settings': the mean (± std) of the "
-                 "settings' means.",
+                 "settings' means. Tokens: prompt and completion tokens of every LLM call (a call's cost differs by "
+                 "design: a synthesis call reads whole records).",
                  ["method", "setting", "action_mode", "llm_calls_mean", "llm_calls_std", "acting_mean", "acting_std",
-                  "other_calls_mean", "other_calls_std", "steps_mean", "steps_std", "score_mean", "score_std",
-                  "parse_failures"], data)
+                  "other_calls_mean", "other_calls_std", "tokens_mean", "tokens_std", "steps_mean", "steps_std",
+                  "score_mean", "score_std", "parse_failures"], data)
 
 
 def per_family(r: Results) -> Table:
@@ -236,17 +238,23 @@ def modes(r: Results, name: str) -> Table | None:
             key = (x.method, x.setting, x.head.phase)
             groups[key][x.head.policy_info["mode"]] += 1
             groups[key]["(fallback)"] += x.head.policy_info.get("mode_reason") == "fallback"
+            groups[key]["(synthesis skipped)"] += bool(x.head.policy_info.get("synthesis_skipped"))
     rows, data = [], []
     for (m, s, phase), counts in sorted(groups.items()):
         total = sum(counts[k] for k in mode_names)
         rows.append([m, s, phase, *[f"{100 * counts[k] / total:.0f}%" for k in mode_names],
+                     f"{100 * counts['(synthesis skipped)'] / total:.0f}%",
                      f"{100 * counts['(fallback)'] / total:.0f}%", total])
-        data += [[m, s, phase, k, counts[k], counts[k] / total] for k in [*mode_names, "(fallback)"]]
+        data += [[m, s, phase, k, counts[k], counts[k] / total]
+                 for k in [*mode_names, "(synthesis skipped)", "(fallback)"]]
     return Table("modes", f"{name} mode usage per setting", ["method", "setting", "phase", *mode_names,
-                                                             "by the rho fallback", "episodes"], rows,
-                 "Share of episodes in which the bandit (or the ablation) chose each mode, and how many choices the "
-                 "bandit made by its global fallback (the neighbourhood's mean similarity below rho = 0.7: how much "
-                 "the embedder's similarity scale decides).",
+                                                             "chosen, synthesis skipped", "by the rho fallback",
+                                                             "episodes"], rows,
+                 "Share of episodes in which the bandit (or the ablation) chose each mode; of them, the share whose "
+                 "mode found none of the records it synthesises from, so no synthesis ran and no guidance was shown "
+                 "(a 'strategic 50 %' with all of them skipped showed nothing); and how many choices the bandit made "
+                 "by its global fallback (the neighbourhood's mean similarity below rho = 0.7: how much the "
+                 "embedder's similarity scale decides).",
                  ["method", "setting", "phase", "mode", "episodes", "share"], data)
 
 

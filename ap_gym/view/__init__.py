@@ -132,7 +132,7 @@ class Viewer:
             ix = self.index(k)
             rows = {r["id"]: ix._row(r) for r in ix.conn.execute(
                 f"SELECT * FROM episodes WHERE id IN ({','.join('?' * len(ids))})", ids)}  # noqa: S608
-        return {"query": query, "status": search.status(),
+        return {"query": query, "status": search.status(), "total": search.count(query),
                 "hits": [{**h, "row": rows.get(h["episode"])} for h in hits if h["episode"] in rows]}
 
     def diff(self, a: int, b: int) -> dict[str, Any]:
@@ -140,7 +140,10 @@ class Viewer:
         left, right = _flat(self.index(a).meta.get("config") or {}), _flat(self.index(b).meta.get("config") or {})
         keys = sorted(set(left) | set(right))
         return {"a": self.index(a).run.name, "b": self.index(b).run.name,
-                "differences": [{"key": key, "a": left.get(key), "b": right.get(key)} for key in keys
+                # a side without the key has no "a"/"b" at all (the page says "(absent)"): a None there read
+                # as a difference of "null / null"
+                "differences": [{"key": key, **({"a": left[key]} if key in left else {}),
+                                 **({"b": right[key]} if key in right else {})} for key in keys
                                 if left.get(key, _MISSING) != right.get(key, _MISSING)],
                 "same": sum(1 for key in keys if left.get(key, _MISSING) == right.get(key, _MISSING))}
 

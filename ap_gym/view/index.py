@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ap_gym.errors import StoreError
-from ap_gym.paths import cache_dir
+from ap_gym.paths import cache_dir, umask_mode
 from ap_gym.protocol.results import (
     EPISODES,
     DamagedLine,
@@ -83,8 +83,11 @@ SORTS = ("id", "setting", "policy", "seed", "iteration", "phase", "task_id", "ta
          "outcome", "num_steps", "llm_calls", "tokens", "mode", "parse_failures")
 
 
-def _mean_ci(total: float, squares: float, n: int) -> tuple[float | None, tuple[float, float] | None]:
-    """Mean and 95 % normal interval from sums (the index aggregates in SQL)."""
+def _mean_ci(total: float, squares: float, n: int, low: float | None = None, high: float | None = None
+             ) -> tuple[float | None, tuple[float, float] | None]:
+    """Mean and 95 % normal interval from sums (the index aggregates in SQL), kept inside the
+    quantity's range ``[low, high]`` (a normal interval on three scores of 0, 0 and 2 reached
+    below 0: 0.67 [-0.64, 1.97])."""
     if n <= 0:
         return None, None
     mean = total / n
@@ -92,7 +95,8 @@ def _mean_ci(total: float, squares: float, n: int) -> tuple[float | None, tuple[
         return mean, None
     var = max(0.0, (squares - n * mean * mean) / (n - 1))
     half = 1.96 * math.sqrt(var / n)
-    return mean, (mean - half, mean + half)
+    lo, hi = mean - half, mean + half
+    return mean, (max(lo, low) if low is not None else lo, min(hi, high) if high is not None else hi)
 
 
 def _list(value: Any) -> list[Any]:
@@ -217,6 +221,7 @@ class RunIndex:
 
     def _build(self, signature: str) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".index.", suffix=".tmp")
+        os.chmod(fd, umask_mode())  # as the user's umask allows, not mkstemp's owner-only
         os.close(fd)
         try:
             conn = sqlite3.connect(tmp)
@@ -335,6 +340,8 @@ class RunIndex:
                    SUM(success * (outcome!='infrastructure_failure')) AS successes,
                    SUM(CASE WHEN outcome!='infrastructure_failure' THEN COALESCE(score, 0) END) AS s1,
                    SUM(CASE WHEN outcome!='infrastructure_failure' THEN COALESCE(score, 0) * COALESCE(score, 0) END) AS s2,
+                   MIN(CASE WHEN outcome!='infrastructure_failure' THEN COALESCE(score, 0) END) AS smin,
+                   MAX(CASE WHEN outcome!='infrastructure_failure' THEN COALESCE(score, 0) END) AS smax,
                    SUM(CASE WHEN outcome!='infrastructure_failure' THEN llm_calls END) AS c1,
                    SUM(CASE WHEN outcome!='infrastructure_failure' THEN llm_calls * llm_calls END) AS c2,
                    SUM(CASE WHEN outcome!='infrastructure_failure' THEN tokens END) AS t1,
@@ -342,9 +349,12 @@ class RunIndex:
                    FROM episodes WHERE phase='eval' GROUP BY setting, iteration ORDER BY setting, iteration"""
         for r in self.conn.execute(query):
             n = r["episodes"] - r["infra"]
-            score, score_ci = _mean_ci(r["s1"] or 0.0, r["s2"] or 0.0, n)
-            calls, calls_ci = _mean_ci(r["c1"] or 0, r["c2"] or 0, n)
-            tokens, tokens_ci = _mean_ci(r["t1"] or 0, r["t2"] or 0, n)
+            # a score's range: from the lowest to the highest this group reached (each benchmark has its own
+            # scale, and ScienceWorld's goes below 0); calls and tokens cannot be negative
+            score, score_ci = _mean_ci(r["s1"] or 0.0, r["s2"] or 0.0, n, min(0.0, r["smin"] or 0.0),
+                                       max(0.0, r["smax"] or 0.0))
+            calls, calls_ci = _mean_ci(r["c1"] or 0, r["c2"] or 0, n, 0.0)
+            tokens, tokens_ci = _mean_ci(r["t1"] or 0, r["t2"] or 0, n, 0.0)
             out.append({"setting": r["setting"], "benchmark": r["benchmark"], "backbone": r["backbone"],
                         "policy": r["policy"], "seed": r["seed"], "iteration": r["iteration"],
                         "episodes": r["episodes"], "infrastructure_failures": r["infra"], "valid": n,

@@ -118,6 +118,15 @@ class SearchIndex:
                 "ORDER BY rank LIMIT ?", (match, max(1, min(int(limit), 500)))).fetchall()
         return [{"episode": int(e), "step": int(s), "field": f, "snippet": snip} for e, s, f, snip in rows]
 
+    def count(self, query: str) -> int:
+        """How many documents match ``query`` (what :meth:`search` returns the best of)."""
+        words = _WORD.findall(query or "")
+        if not words:
+            return 0
+        match = " ".join('"' + w.replace('"', "") + '"' for w in words[:12])
+        with self._lock:
+            return int(self._write.execute("SELECT COUNT(*) FROM docs WHERE docs MATCH ?", (match,)).fetchone()[0])
+
     def close(self) -> None:
         with self._lock:
             self._write.close()

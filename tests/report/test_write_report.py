@@ -55,6 +55,8 @@ def test_report_writes_every_table_and_a_png(tiny_run):
     assert 0 <= float(cell["success_mean"]) <= 100 and float(cell["success_std"]) >= 0 and cell["seeds"] == "2"
     calls = rows(out / "llm_calls.csv")
     assert all(float(r["llm_calls_mean"]) >= 0 and r["score_mean"] for r in calls)  # numbers, a score column
+    # the cost in tokens beside the calls (issue 43: AP's calls read whole records)
+    assert all(float(r["tokens_mean"]) > 0 for r in calls if float(r["llm_calls_mean"]) > 0)
     modes = rows(out / "modes.csv")
     assert {r["setting"] for r in modes} == {"shop @ tiny-llama(seed=0)"} and {r["phase"] for r in modes} == {
         "train", "eval"}
@@ -226,3 +228,13 @@ def test_table_6_and_figure_3_give_the_mean_over_settings(tmp_path):
     assert float(next(r for r in means if r["method"] == "anti_persistence")["score_mean"]) == 60.0
     assert "mean over settings (2)" in (out / "report.md").read_text()
     assert (out / "success_vs_cost.png").stat().st_size > 0
+
+
+def test_the_mode_table_says_when_the_chosen_mode_synthesised_nothing(tmp_path):
+    """Issue 43: 'strategic 50 %' was printed when every one of those episodes skipped synthesis."""
+    info = {"anti_persistence": {"mode": "strategic", "synthesis_skipped": True, "synthesis_calls": 0}}
+    run = synthetic_run(tmp_path, "skipped", {"anti_persistence": [False] * 4}, policy_info=info)
+    out = write_report([run], out=tmp_path / "r")
+    shares = {r["mode"]: float(r["share"]) for r in rows(out / "modes.csv")}
+    assert shares["strategic"] == 1.0 and shares["(synthesis skipped)"] == 1.0
+    assert "chosen, synthesis skipped" in (out / "report.md").read_text()

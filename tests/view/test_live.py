@@ -80,12 +80,15 @@ def test_two_runs_configs_diff(view_run, tmp_path):
     meta = json.loads((other / "config.json").read_text())
     meta["config"]["heldout"] = 99
     meta["config"]["seeds"] = [7]
+    meta["config"]["only_here"] = None  # a key one side lacks: absent there, never "null / null"
     (other / "config.json").write_text(json.dumps(meta))
     viewer = Viewer([view_run, other])
     client = TestClient(create_app(viewer), base_url="http://127.0.0.1")
     diff = client.get("/api/diff", params={"a": 0, "b": 1}).json()
     assert {d["key"] for d in diff["differences"]} >= {"heldout", "seeds"} and diff["same"] > 5
     assert next(d for d in diff["differences"] if d["key"] == "heldout")["b"] == 99
+    only = next(d for d in diff["differences"] if d["key"] == "only_here")
+    assert "a" not in only and only["b"] is None
     viewer.close()
 
 
@@ -99,6 +102,8 @@ def test_search_finds_a_step_and_an_export_is_the_line(view_run):
     found = client.get("/api/run/0/search", params={"q": word}).json()
     assert found["status"]["ready"] and found["hits"]
     assert all("[" in h["snippet"] for h in found["hits"]) and all(h["row"]["id"] == h["episode"] for h in found["hits"])
+    one = client.get("/api/run/0/search", params={"q": word, "limit": 1}).json()
+    assert len(one["hits"]) == 1 and one["total"] == found["total"] >= len(found["hits"])  # the page says "1 of N"
     assert client.get("/api/run/0/search", params={"q": "zzqqxx-nothing"}).json()["hits"] == []
     assert client.get("/api/run/0/search", params={"q": '"( AND OR *'}).status_code == 200  # no syntax errors
     exported = client.get(f"/api/run/0/episode/{found['hits'][0]['episode']}/export")

@@ -4,12 +4,12 @@
 
 const MODE = window.APGYM_MODE || "server";
 const store = {};          // static answers by key
-const waiting = {};        // key -> [resolve, reject]
+const waiting = {};        // key -> {promise, resolve, reject, src}: ONE pending load per key, however many ask
 const memo = {};           // answers already received, by key (both modes)
 
 window.APGYM_PUT = (key, payload) => {
   store[key] = payload;
-  if (waiting[key]) { waiting[key][0](payload); delete waiting[key]; }
+  if (waiting[key]) { waiting[key].resolve(payload); delete waiting[key]; }
 };
 
 const loading = {};        // bundle scripts requested, by src (a chunk holds many keys)
@@ -23,17 +23,25 @@ function staticSrc(key) {
 
 function loadStatic(key) {
   if (key in store) return Promise.resolve(store[key]);
-  return new Promise((resolve, reject) => {
-    waiting[key] = [resolve, reject];
-    const src = staticSrc(key);
-    if (loading[src]) return;
+  // two views asking for one key at once (the Diff page with run A = run B) share its load: a
+  // second request once replaced the first's resolver, and the page waited on "loading..." forever
+  if (waiting[key]) return waiting[key].promise;
+  const src = staticSrc(key);
+  const entry = { src };
+  entry.promise = new Promise((resolve, reject) => { entry.resolve = resolve; entry.reject = reject; });
+  waiting[key] = entry;
+  const settle = message => {  // every key still waiting on this file: it did not bring them
+    for (const [k, w] of Object.entries(waiting)) if (w.src === src) { delete waiting[k]; w.reject(new Error(message(k))); }
+  };
+  if (!loading[src]) {
     loading[src] = true;
     const s = document.createElement("script");
     s.src = src;
-    s.onerror = () => { delete loading[src]; if (waiting[key]) { delete waiting[key]; reject(new Error("missing from the bundle: " + src)); } };
-    s.onload = () => { if (waiting[key]) { delete waiting[key]; reject(new Error(`${key} is not in ${src}`)); } };
+    s.onerror = () => { delete loading[src]; settle(() => "missing from the bundle: " + src); };
+    s.onload = () => settle(k => `${k} is not in ${src}`);
     document.head.appendChild(s);
-  });
+  }
+  return entry.promise;
 }
 
 async function api(key, params) {
@@ -569,7 +577,7 @@ async function viewSearch(params) {
   if (!q) { root.append(h("p", { class: "muted" }, "Type words in the box above: instructions, guidance, actions and observations are searched.")); return root; }
   const res = await fresh(`run/${k}/search`, { q, limit: 100 });
   const st = res.status;
-  root.append(h("p", { class: "muted", id: "search-status" }, `${res.hits.length} hit(s)` + (st.ready ? "" : ` · the search index holds ${st.indexed} of ${st.episodes} episodes so far`)));
+  root.append(h("p", { class: "muted", id: "search-status" }, (res.total > res.hits.length ? `the best ${res.hits.length} of ${res.total} hit(s)` : `${res.hits.length} hit(s)`) + (st.ready ? "" : ` · the search index holds ${st.indexed} of ${st.episodes} episodes so far`)));
   root.append(h("ol", { class: "hits", id: "search-hits" }, res.hits.map(hit => h("li", { "data-episode": hit.episode, "data-step": hit.step },
     h("a", { href: href(`episode/${hit.episode}`, hit.step >= 0 ? { step: hit.step + 1 } : {}) },
       `episode ${hit.episode} · ${hit.row.task_id} · ${hit.row.policy} seed ${hit.row.seed} · ${hit.row.phase} it ${hit.row.iteration} · ${hit.step >= 0 ? "step " + (hit.step + 1) : hit.field}`),
