@@ -15,11 +15,22 @@ Each comparison runs its two sides in the order A B B A per repetition (both war
 a first pass that is not timed), repeated ``--repeat`` times; figures are medians with
 their min-max. The machine and the versions are printed first.
 
-    python benchmarks/served.py [--tasks 2] [--max-steps 4] [--repeat 1] [--json out.json]
+``--only methods`` measures how ``choose`` chooses against vLLM instead, on real held-out
+states of TextWorld and ScienceWorld taken along the in-process argmax's path: the exact
+search (best-first branch-and-bound over the commands' token trie, over vLLM's prefix
+cache: ``choose_method: search``), greedy decoding under a choice grammar (``constrained``:
+another decision rule) and, where it fits, scoring every command (``prompt_logprobs``); each
+pick against the in-process argmax of summed log-likelihood (the paper's rule). Search and
+constrained alternate which goes first from state to state (the first pays the prompt's
+prefill).
 
-On this CPU a ``choose`` step against vLLM costs seconds: vLLM turns prefix caching off
+    python benchmarks/served.py [--tasks 2] [--max-steps 4] [--repeat 1] [--json out.json]
+    python benchmarks/served.py --only methods
+
+On this CPU scoring against vLLM costs seconds a command: vLLM turns prefix caching off
 for requests that ask for ``prompt_logprobs``, so every candidate recomputes the whole
-prompt; the defaults keep the run near 15 minutes.
+prompt (a ScienceWorld step took 1268 s); the exact search reads only the prefixes it
+needs, over the cache.
 """
 
 from __future__ import annotations
