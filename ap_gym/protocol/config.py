@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import re
 import signal
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -52,9 +53,14 @@ IMPORT_TIMEOUT_S = 120.0
 
 
 @contextlib.contextmanager
-def _time_limit(seconds: float, what: str) -> Iterator[None]:
-    """Interrupt the main thread after ``seconds`` (elsewhere: no limit; signals go to it)."""
+def _time_limit(seconds: float, what: str, module: str | None = None) -> Iterator[None]:
+    """Interrupt the main thread after ``seconds``. Off the main thread (a Ray actor's, a
+    server's worker) no signal reaches it and no thread can be interrupted, so a module not
+    yet imported is first imported in a child process under the limit: one that hangs is
+    refused there, before it can hang this process."""
     if threading.current_thread() is not threading.main_thread():
+        if module is not None and module not in sys.modules:
+            _probe_import(module, seconds, what)
         yield
         return
 
@@ -70,6 +76,19 @@ def _time_limit(seconds: float, what: str) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def _probe_import(module: str, seconds: float, what: str) -> None:
+    """Import ``module`` in a child process (this one's ``sys.path``) within ``seconds``."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    try:
+        subprocess.run([sys.executable, "-c", f"import {module}"], env=env, timeout=seconds,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"{what} did not finish within {seconds:g} s") from None
+
+
 def import_modules(modules: tuple[str, ...] | list[str], timeout_s: float = IMPORT_TIMEOUT_S) -> None:
     """Import a config's ``imports:`` (they register envs and policies). A module is named,
     not a path; it may not exit, hang, or take over one of ap-gym's own env ids."""
@@ -81,7 +100,7 @@ def import_modules(modules: tuple[str, ...] | list[str], timeout_s: float = IMPO
                               "pkg.envs) and put its folder on PYTHONPATH")
         own = {k: v for k, v in gym.registry.items() if k.startswith("ap_gym/")}
         try:
-            with _time_limit(timeout_s, f"importing {module!r}"):
+            with _time_limit(timeout_s, f"importing {module!r}", module):
                 importlib.import_module(module)
         except ImportError as e:
             raise ConfigError(f"imports: cannot import {module!r} ({e}); is it on PYTHONPATH?") from e

@@ -38,6 +38,26 @@ def test_a_module_that_loops_is_cut_off(modules):
         import_modules(["loops_on_import"], timeout_s=1)
 
 
+def test_a_module_that_loops_is_cut_off_off_the_main_thread_too(modules):
+    """No signal reaches a thread (a Ray actor's, a server's worker): the module is first
+    imported in a child process under the limit."""
+    import threading
+
+    caught: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            import_modules(["loops_on_import"], timeout_s=3)
+        except BaseException as e:  # noqa: BLE001 - the test reads what came out
+            caught.append(e)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the import hung the thread"
+    assert caught and isinstance(caught[0], ConfigError) and "did not finish within 3 s" in str(caught[0])
+
+
 def test_a_module_that_registers_a_builtin_env_again_is_refused_and_the_env_kept(modules):
     import ap_gym  # noqa: F401
 
