@@ -62,7 +62,8 @@ class TrainingLog:
                 first = json.loads(f.readline())
         except (OSError, ValueError):
             return None
-        return first if isinstance(first, dict) and first.get("format") == SCHEMA else None
+        # "schema" was the key's name before the results record took that word for its own
+        return first if isinstance(first, dict) and SCHEMA in (first.get("format"), first.get("schema")) else None
 
     @staticmethod
     def read(path: str | Path) -> list[dict[str, Any]]:

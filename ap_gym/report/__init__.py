@@ -55,9 +55,13 @@ def labeller_card(labeller: str) -> str:
     types = "; ".join(f"{t}: recall {c['recall']}, precision of its flags {c['precision']} (n={c['n']})"
                       for t, c in card["types"].items() if c["n"] or c["flagged_as_type"])
     unseen = ", ".join(card.get("cannot_see", [])) or "none"
-    return (f"{labeller}: measured once on {card['n']} abstractions ({card['erroneous']} erroneous) of "
-            f"{card['set']}: precision {card['precision']}, recall {card['recall']}. Per error type: {types}. "
-            f"Cannot see (no engine facts): {unseen}; on ScienceWorld and the official WebShop only the "
+    measured = card.get("labeller", "EnvironmentLabeller or GroundedLabeller")
+    scope = "" if "GroundedLabeller" in labeller else (
+        f" These settings recorded no worlds (worlds.jsonl), so only the rules ran, not the grounded checks: the "
+        f"figures below are of {measured} and this labeller's recall is at most theirs.")
+    return (f"{labeller}:{scope} {measured} was measured once on {card['n']} abstractions ({card['erroneous']} "
+            f"erroneous) of {card['set']}: precision {card['precision']}, recall {card['recall']}. Per error type: "
+            f"{types}. Cannot see (no engine facts): {unseen}; on ScienceWorld and the official WebShop only the "
             "grammar, absent and contradicted rules run.")
 
 

@@ -83,7 +83,10 @@ def test_the_paper_configs_run_the_papers_agent():
         assert len(agents) >= 1 and all(a["action_mode"] == "react" for a in agents), name
         assert all(a["react_generation"]["max_new_tokens"] == 256 and a["max_prompt_tokens"] for a in agents)
     main_ = RunConfig.from_file(PAPER / "main.yaml", backbones=SERVERS, embedder="default")
-    assert len(main_.policies) == 7 and main_.env_options["alfworld"] == {"games": "official"}
+    assert len(main_.policies) == 8 and main_.env_options["alfworld"] == {"games": "official"}
+    # Table 2's persist arm is in the same run as the flagship, so the two compare on one grid
+    persist = [p for p in main_.policies if p.options.get("persist_guidance")]
+    assert [(p.name, p.label) for p in persist] == [("anti_persistence", "ap_persist")]
 
 
 def test_a_grid_that_cannot_run_stops_before_anything_is_written(tmp_path, monkeypatch):
