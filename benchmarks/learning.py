@@ -19,7 +19,11 @@ played before and after by ``ap-gym run`` itself on the saved checkpoints (greed
 ``results/learning/<rule>/training.jsonl`` (the log format the viewer reads), the curves
 are ``results/learning/curves.png``, and the section goes to RESULTS.md.
 
-    python benchmarks/learning.py [--updates 30] [--rules grpo rebn gigpo] [--model smollm2|tiny]
+    python benchmarks/learning.py [--updates 30] [--rules grpo rebn gigpo] [--model smollm2|tiny] [--fresh]
+
+A killed run continues where it stopped: a rule whose log holds every update under the same
+settings and whose checkpoint was saved is not trained again (``--fresh`` retrains it), and
+the held-out runs resume like any ``ap-gym run``.
 
 A flat curve is a result: the section says what moved and what did not.
 """
@@ -146,6 +150,26 @@ def train(rule: str, args: argparse.Namespace, games: dict[str, list[str]], out:
     return checkpoint
 
 
+#: Arguments that do not change what a rule learns.
+NOT_SETTINGS = frozenset({"rules", "out", "figure", "fresh"})
+
+
+def finished(rule: str, args: argparse.Namespace, out: Path) -> float | None:
+    """The training seconds of ``rule`` when an earlier run trained it to the end with these
+    settings (its log complete, its checkpoint saved); ``None`` when it must be trained."""
+    log = out / rule / "training.jsonl"
+    head = TrainingLog.header(log)
+    if args.fresh or head is None or not (out / rule / "checkpoint" / "config.json").exists():
+        return None
+    settings = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS and not callable(v)}
+    if {k: v for k, v in head.get("config", {}).items() if k not in NOT_SETTINGS} != settings:
+        return None
+    rows = TrainingLog.read(log)
+    if [r["update"] for r in rows] != list(range(1, args.updates + 1)):
+        return None
+    return float(rows[-1]["wall_s"])
+
+
 def trainable(model: Any, layers: int) -> list[Any]:
     """Train the last ``layers`` transformer blocks and the final norm (0: every weight).
 
@@ -213,6 +237,7 @@ def main() -> None:
     parser.add_argument("--levels", type=positive, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="results/learning")
+    parser.add_argument("--fresh", action="store_true", help="retrain rules an earlier run finished")
     parser.add_argument("--figure", default="benchmarks/figures/learning_curves.png",
                         help="where the curves are copied for RESULTS.md ('' for none)")
     args = parser.parse_args()
@@ -233,24 +258,32 @@ def main() -> None:
     started = time.perf_counter()
     before = evaluate(base, games, out / "eval", "before", args.max_steps)
     print(f"held-out before: {before[0]}/{before[1]}", flush=True)
-    results, seconds = {}, {}
+    results, seconds, reused = {}, {}, []
     for rule in args.rules:
-        t = time.perf_counter()
-        checkpoint = train(rule, args, games, out)
+        done = finished(rule, args, out)
+        if done is None:
+            checkpoint = train(rule, args, games, out)
+            seconds[rule] = float(TrainingLog.read(out / rule / "training.jsonl")[-1]["wall_s"])
+        else:
+            checkpoint, seconds[rule] = out / rule / "checkpoint", done
+            reused.append(rule)
+            print(f"{rule}: trained to the end by an earlier run with these settings; its checkpoint is reused "
+                  "(--fresh retrains it)", flush=True)
         results[rule] = evaluate(checkpoint, games, out / "eval", f"after-{rule}", args.max_steps)
-        seconds[rule] = time.perf_counter() - t
-        print(f"held-out after {rule}: {results[rule][0]}/{results[rule][1]} ({seconds[rule]:.0f} s)", flush=True)
+        print(f"held-out after {rule}: {results[rule][0]}/{results[rule][1]} ({seconds[rule]:.0f} s training)",
+              flush=True)
     curves = plot(out, args.rules, window=5)
     if args.figure:  # a copy RESULTS.md can show (results/ is not committed)
         Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(curves, args.figure)
         curves = Path(args.figure)
     emit("learning", "`learning.py`: learning on TextWorld, three credit-assignment rules",
-         section(args, games, before, results, seconds, time.perf_counter() - started, curves))
+         section(args, games, before, results, seconds, time.perf_counter() - started, curves, reused))
 
 
 def section(args: argparse.Namespace, games: dict[str, list[str]], before: tuple[int, int],
-            results: dict[str, tuple[int, int]], seconds: dict[str, float], total_s: float, curves: Path) -> str:
+            results: dict[str, tuple[int, int]], seconds: dict[str, float], total_s: float, curves: Path,
+            reused: list[str]) -> str:
     from ap_gym.report.stats import difference
 
     layers = "every weight" if args.train_layers <= 0 else \
@@ -274,7 +307,10 @@ def section(args: argparse.Namespace, games: dict[str, list[str]], before: tuple
     shown = os.path.relpath(curves.resolve(), Path(__file__).resolve().parent)  # from RESULTS.md's folder
     lines += ["", f"![learning curves]({shown})", "",
               f"Training curves (moving mean over 5 updates): `{curves}`; per-update logs: "
-              f"`{args.out}/<rule>/training.jsonl`. Whole run: {total_s / 60:.0f} min.", ""]
+              f"`{args.out}/<rule>/training.jsonl`. Training time is the rule's updates (rollouts and gradient "
+              f"steps), not its held-out evaluation. This invocation: {total_s / 60:.0f} min"
+              + (f"; {', '.join(reused)} trained by an earlier invocation with the same settings (checkpoint "
+                 "reused, held-out run resumed)." if reused else "."), ""]
     return "\n".join(lines)
 
 
