@@ -368,7 +368,8 @@ def _parser_report(sub: Any) -> None:
 
 def _parser_view(sub: Any) -> None:
     p = sub.add_parser("view", help="browse runs, episodes, memory decisions and provenance in a browser")
-    p.add_argument("runs", nargs="+", help="run directories (each indexed once, in <run>/.view/)")
+    p.add_argument("runs", nargs="+", help="run directories (each indexed once, in <run>/.view/); directories of "
+                   "training logs (training.jsonl, e.g. results/learning) go to the Training page")
     p.add_argument("--static", metavar="OUT_DIR", help="write a self-contained bundle instead of serving")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default loopback only; beyond it, "
                    "only with --api-key)")

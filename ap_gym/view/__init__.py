@@ -27,6 +27,7 @@ from ap_gym.protocol.results import EPISODES
 from ap_gym.view.app import STATIC
 from ap_gym.view.index import FILTERS, SORTS, RunIndex, curves
 from ap_gym.view.search import SearchIndex
+from ap_gym.view.training import find_logs, training_logs
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ class Viewer:
     """The runs a viewer shows, each with its index, and the answers both modes serve.
 
     Args:
-        runs: run directories.
+        runs: run directories; a directory that is not a run but holds training logs (or a
+            ``training.jsonl`` itself) is shown on the Training page only.
         rebuild: rebuild their indexes even if current.
         live: keep up with runs still being written, and build the search index, in a
             background thread (``poll_s`` apart); the server's mode. Without it (a bundle,
@@ -59,7 +61,11 @@ class Viewer:
                  poll_s: float = 2.0) -> None:
         if not runs:
             raise ValueError("ap-gym view needs at least one run directory")
-        self.indexes = [RunIndex(r, rebuild=rebuild) for r in runs]
+        self.paths = [Path(r) for r in runs]
+        # not a run (no config.json) but training logs: the Training page's; anything else is a run, refused
+        # by RunIndex with its reason when it is not one
+        logs_only = [p for p in self.paths if p.is_file() or (not (p / "config.json").exists() and find_logs([p]))]
+        self.indexes = [RunIndex(r, rebuild=rebuild) for r in self.paths if r not in logs_only]
         self._reports: dict[int, dict[str, Any]] = {}
         #: held by every answer and by the catch-up: a rebuild swaps an index's connection
         self.lock = threading.RLock()
@@ -146,6 +152,11 @@ class Viewer:
                                  **({"b": right[key]} if key in right else {})} for key in keys
                                 if left.get(key, _MISSING) != right.get(key, _MISSING)],
                 "same": sum(1 for key in keys if left.get(key, _MISSING) == right.get(key, _MISSING))}
+
+    def training(self) -> dict[str, Any]:
+        """The training logs under every path given (re-read on each call: a trainer may be
+        writing them)."""
+        return training_logs(self.paths)
 
     def export(self, k: int, episode_id: int) -> dict[str, Any]:
         """An episode's whole line, as written (for a download)."""
@@ -304,6 +315,7 @@ def write_static(runs: Sequence[str | Path], out: str | Path, rebuild: bool = Fa
         chunk = max(CHUNK_MIN, -(-total // MAX_CHUNKS))  # episodes per file: at most MAX_CHUNKS files in all
         (data / "boot.js").write_text(f"window.APGYM_MODE = 'static';\nwindow.APGYM_CHUNK = {chunk};\n")
         _put(data / "runs.js", "runs", viewer.runs())
+        _put(data / "training.js", "training", viewer.training())
         for k, ix in enumerate(viewer.indexes):
             base = data / f"run{k}"
             _put(base / "overview.js", f"run/{k}/overview", viewer.overview(k))

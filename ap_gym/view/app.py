@@ -113,6 +113,10 @@ def _run_routes(app: FastAPI, viewer: Viewer, answer: Any) -> None:
     def runs() -> Any:
         return answer(viewer.runs)
 
+    @app.get("/api/training")
+    def training() -> Any:
+        return answer(viewer.training)
+
     @app.get("/api/run/{k}/overview")
     def overview(k: int) -> Any:
         return answer(viewer.overview, k)

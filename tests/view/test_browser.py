@@ -353,3 +353,72 @@ def test_the_config_diff_of_two_runs(browser, view_run, tmp_path):
         context.close()
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _training_logs(root):
+    """Two rules' logs as a trainer writes them (different lengths and losses), in a
+    directory that is not a run."""
+    from ap_gym.trainlog import TrainingLog
+
+    for rule, n, slope in (("grpo", 12, 0.05), ("rebn", 9, -0.03)):
+        log = TrainingLog(root / rule / "training.jsonl", run=f"learning/{rule}", rule=rule, config={"lr": 2e-5})
+        for u in range(1, n + 1):
+            log.write(update=u, reward=min(1.0, slope * u + 0.1 * (u % 3)), loss=round(0.5 - slope * u, 6),
+                      episodes=8, wall_s=30.0 * u + (5 if rule == "rebn" else 0))
+    return root
+
+
+def test_training_curves_of_two_rules_overlay_beside_a_run(browser, view_run, tmp_path):
+    """A learning benchmark's logs (a directory that is not a run) beside a run: the Training
+    page overlays both rules' curves, its table's last values are the files' own, and a
+    log unticked leaves the plot; the choices live in the URL."""
+    from ap_gym.trainlog import TrainingLog
+
+    logs = _training_logs(tmp_path / "learning")
+    proc, url = _start_view(view_run, logs)
+    context = browser.new_context()
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    try:
+        page.goto(url + "#/training?metric=loss")
+        page.wait_for_selector("#training-plot[data-series='2'] .u-over")
+        for rule in ("grpo", "rebn"):
+            rows = TrainingLog.read(logs / rule / "training.jsonl")
+            row = page.locator("#training-table tr", has_text=f"learning/{rule}")
+            assert row.locator("td[data-col='updates']").inner_text() == str(len(rows))
+            assert row.locator("td[data-col='last']").inner_text() == f"{rows[-1]['loss']:.4f}"
+            five = [r["loss"] for r in rows[-5:]]
+            assert row.locator("td[data-col='mean5']").inner_text() == f"{sum(five) / 5:.4f}"
+        assert page.locator("#training-plot .u-legend .u-series").count() == 3  # x and two rules
+        page.select_option("select[data-training='x']", "episodes_seen")
+        page.wait_for_selector("#training-plot[data-x='episodes_seen']")
+        page.locator("input[data-log='1']").uncheck()
+        page.wait_for_selector("#training-plot[data-series='1']")
+        assert "hide=1" in page.url and "x=episodes_seen" in page.url and "metric=loss" in page.url
+        page.goto(url + "#/runs")  # the run is still there
+        page.wait_for_selector("#settings-table")
+    finally:
+        context.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert not errors, errors
+
+
+def test_a_bundle_of_training_logs_alone_opens_on_its_training_page(browser, tmp_path):
+    from ap_gym.view import write_static
+
+    index = write_static([_training_logs(tmp_path / "learning")], tmp_path / "bundle")
+    context = browser.new_context()
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(index.as_uri())
+    page.wait_for_selector("#training-plot[data-series='2'][data-metric='reward'] .u-over")
+    page.select_option("select[data-training='smooth']", "5")
+    page.wait_for_selector("#training-plot[data-series='2'] .u-over")
+    assert "smooth=5" in page.url
+    context.close()
+    assert not errors, errors
