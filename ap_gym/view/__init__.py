@@ -185,8 +185,8 @@ class Viewer:
     def overview(self, k: int) -> dict[str, Any]:
         ix = self.index(k)
         settings = ix.settings()
-        return {"settings": settings, "curves": curves(settings), "facets": ix.facets(), "filters": list(FILTERS),
-                "sorts": list(SORTS)}
+        return {"settings": settings, "curves": curves(settings), "spent": ix.spent(), "facets": ix.facets(),
+                "filters": list(FILTERS), "sorts": list(SORTS)}
 
     def report(self, k: int) -> dict[str, Any]:
         """The tables of ``ap-gym report`` for this run (the same :class:`~ap_gym.report.Table`

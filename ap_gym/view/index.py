@@ -345,7 +345,8 @@ class RunIndex:
                    SUM(CASE WHEN outcome!='infrastructure_failure' THEN llm_calls END) AS c1,
                    SUM(CASE WHEN outcome!='infrastructure_failure' THEN llm_calls * llm_calls END) AS c2,
                    SUM(CASE WHEN outcome!='infrastructure_failure' THEN tokens END) AS t1,
-                   SUM(CASE WHEN outcome!='infrastructure_failure' THEN 1.0 * tokens * tokens END) AS t2
+                   SUM(CASE WHEN outcome!='infrastructure_failure' THEN 1.0 * tokens * tokens END) AS t2,
+                   SUM(CASE WHEN outcome!='infrastructure_failure' THEN num_steps END) AS n1
                    FROM episodes WHERE phase='eval' GROUP BY setting, iteration ORDER BY setting, iteration"""
         for r in self.conn.execute(query):
             n = r["episodes"] - r["infra"]
@@ -360,7 +361,25 @@ class RunIndex:
                         "episodes": r["episodes"], "infrastructure_failures": r["infra"], "valid": n,
                         "successes": r["successes"], "success_rate": (r["successes"] / n) if n else None,
                         "success_ci": wilson(r["successes"], n), "score": score, "score_ci": score_ci,
-                        "llm_calls": calls, "llm_calls_ci": calls_ci, "tokens": tokens, "tokens_ci": tokens_ci})
+                        "llm_calls": calls, "llm_calls_ci": calls_ci, "tokens": tokens, "tokens_ci": tokens_ci,
+                        "steps": (r["n1"] / n) if n else None})
+        return out
+
+    def spent(self) -> list[dict[str, Any]]:
+        """Per setting and iteration, the LLM calls and tokens its training episodes had spent
+        by the end of that iteration (cumulative; the held-out episodes measure, they do not
+        buy learning): the x axis that compares methods at equal cost."""
+        out: list[dict[str, Any]] = []
+        totals: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0])
+        query = """SELECT setting, iteration, SUM(CASE WHEN phase='train' THEN llm_calls ELSE 0 END) AS calls,
+                   SUM(CASE WHEN phase='train' THEN tokens ELSE 0 END) AS tokens
+                   FROM episodes GROUP BY setting, iteration ORDER BY setting, iteration"""
+        for r in self.conn.execute(query):
+            total = totals[r["setting"]]
+            total[0] += r["calls"] or 0
+            total[1] += r["tokens"] or 0
+            out.append({"setting": r["setting"], "iteration": r["iteration"], "train_llm_calls": total[0],
+                        "train_tokens": total[1]})
         return out
 
     def facets(self) -> dict[str, list[Any]]:

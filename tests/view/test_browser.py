@@ -422,3 +422,49 @@ def test_a_bundle_of_training_logs_alone_opens_on_its_training_page(browser, tmp
     assert "smooth=5" in page.url
     context.close()
     assert not errors, errors
+
+
+def test_two_runs_success_curves_overlay_and_the_values_are_the_files(browser, view_run, tmp_path):
+    """Curves: two runs' held-out success per policy on one plot (issue 43), each point the
+    mean over seeds of the seed's success rate computed here from the JSONL, and on the cost
+    axis the training LLM calls the seeds had spent by then."""
+    import statistics
+
+    other = tmp_path / "other"
+    shutil.copytree(view_run, other, ignore=shutil.ignore_patterns(".view"))
+    proc, url = _start_view(view_run, other)
+    context = browser.new_context()
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    episodes = [x.header for x in load_episodes(view_run)]
+    policies = sorted({h.policy for h in episodes})
+    last = max(h.iteration for h in episodes if h.phase == "eval")
+    try:
+        page.goto(url + "#/curves")
+        page.wait_for_selector(f"#curves-plot[data-series='{2 * len(policies)}'] .u-over")
+        for policy in policies:
+            rates = []
+            for seed in sorted({h.seed for h in episodes}):
+                ev = [h for h in episodes if h.phase == "eval" and h.policy == policy and h.seed == seed
+                      and h.iteration == last and not h.infrastructure_failure]
+                rates.append(sum(h.success for h in ev) / len(ev))
+            for run in (0, 1):
+                cell = page.locator(f"#curves-table tr[data-run='{run}'][data-policy='{policy}'] td[data-iteration='{last}']")
+                assert cell.inner_text() == f"{statistics.fmean(rates):.3f}", (policy, run)
+        page.select_option("select[data-curves='x']", "train_llm_calls")
+        page.wait_for_selector("#curves-plot[data-x='train_llm_calls'] .u-over")
+        policy = "anti_persistence"
+        spent = statistics.fmean(sum(h.usage.llm_calls for h in episodes if h.phase == "train" and h.policy == policy
+                                     and h.seed == seed and h.iteration <= last) for seed in {h.seed for h in episodes})
+        cell = page.locator(f"#curves-table tr[data-run='1'][data-policy='{policy}'] td[data-iteration='{last}']")
+        assert cell.inner_text().endswith(f"@ {round(spent)}")
+        page.locator("input[data-run='1']").uncheck()
+        page.wait_for_selector(f"#curves-plot[data-series='{len(policies)}']")
+        assert "hide=1" in page.url
+    finally:
+        context.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert not errors, errors
