@@ -49,7 +49,7 @@ __all__ = ["FILTERS", "SORTS", "RunIndex"]
 log = logging.getLogger(__name__)
 
 #: Bump when the index's tables change: an index of another version is rebuilt.
-INDEX_VERSION = 4
+INDEX_VERSION = 5
 #: Episode columns a client may filter on (exact match).
 FILTERS = ("benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome")
 
@@ -61,7 +61,7 @@ CREATE TABLE episodes (
     idx INTEGER NOT NULL, task_id TEXT NOT NULL, task_family TEXT NOT NULL, success INTEGER NOT NULL,
     score REAL, termination TEXT NOT NULL, outcome TEXT NOT NULL, num_steps INTEGER NOT NULL,
     llm_calls INTEGER NOT NULL, tokens INTEGER NOT NULL, mode TEXT, parse_failures INTEGER NOT NULL,
-    file TEXT NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL
+    file TEXT NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL, wall_s REAL NOT NULL
 );
 CREATE INDEX episodes_where ON episodes (setting, phase, iteration);
 CREATE INDEX episodes_task ON episodes (task_id, phase);
@@ -80,7 +80,7 @@ CREATE TABLE rejected (setting TEXT NOT NULL, item TEXT NOT NULL);
 """
 #: Episode columns the episode list may be sorted by.
 SORTS = ("id", "setting", "policy", "seed", "iteration", "phase", "task_id", "task_family", "success", "score",
-         "outcome", "num_steps", "llm_calls", "tokens", "mode", "parse_failures")
+         "outcome", "num_steps", "llm_calls", "tokens", "mode", "parse_failures", "wall_s")
 
 
 def _mean_ci(total: float, squares: float, n: int, low: float | None = None, high: float | None = None
@@ -108,7 +108,8 @@ def _row_of(h: EpisodeHeader, rel: str, start: int, length: int) -> tuple[Any, .
     mode = h.policy_info.get("mode")
     return (h.setting, h.benchmark, h.backbone or "", h.policy, h.seed, h.phase, h.iteration, h.index, h.task_id,
             h.task_family, int(h.success), h.score, h.termination.value, h.outcome, h.num_steps,
-            h.usage.llm_calls, h.tokens, mode if isinstance(mode, str) else None, h.parse_failures, rel, start, length)
+            h.usage.llm_calls, h.tokens, mode if isinstance(mode, str) else None, h.parse_failures, rel, start, length,
+            h.wall_time_s)
 
 
 def _signature(run: Path) -> str:
@@ -272,8 +273,8 @@ class RunIndex:
         first = conn.execute("SELECT COALESCE(MAX(id), 0) FROM episodes").fetchone()[0] + 1
         conn.executemany("INSERT INTO episodes (setting, benchmark, backbone, policy, seed, phase, iteration, idx, "
                          "task_id, task_family, success, score, termination, outcome, num_steps, llm_calls, tokens, "
-                         "mode, parse_failures, file, offset, length) VALUES "
-                         "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+                         "mode, parse_failures, file, offset, length, wall_s) VALUES "
+                         "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
         conn.executemany("INSERT INTO seen VALUES (?,?,?)",
                          [(row[0], a, first + n) for n, (row, ids) in enumerate(zip(rows, seen, strict=True))
                           for a in ids])
@@ -366,20 +367,23 @@ class RunIndex:
         return out
 
     def spent(self) -> list[dict[str, Any]]:
-        """Per setting and iteration, the LLM calls and tokens its training episodes had spent
-        by the end of that iteration (cumulative; the held-out episodes measure, they do not
-        buy learning): the x axis that compares methods at equal cost."""
+        """Per setting and iteration, the LLM calls, tokens and episode-seconds (each episode's
+        own wall time, summed: compute spent, not the clock of a parallel run) its training
+        episodes had spent by the end of that iteration (cumulative; the held-out episodes
+        measure, they do not buy learning): the x axes that compare methods at equal cost."""
         out: list[dict[str, Any]] = []
-        totals: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0])
+        totals: defaultdict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])
         query = """SELECT setting, iteration, SUM(CASE WHEN phase='train' THEN llm_calls ELSE 0 END) AS calls,
-                   SUM(CASE WHEN phase='train' THEN tokens ELSE 0 END) AS tokens
+                   SUM(CASE WHEN phase='train' THEN tokens ELSE 0 END) AS tokens,
+                   SUM(CASE WHEN phase='train' THEN wall_s ELSE 0 END) AS wall
                    FROM episodes GROUP BY setting, iteration ORDER BY setting, iteration"""
         for r in self.conn.execute(query):
             total = totals[r["setting"]]
             total[0] += r["calls"] or 0
             total[1] += r["tokens"] or 0
+            total[2] += r["wall"] or 0.0
             out.append({"setting": r["setting"], "iteration": r["iteration"], "train_llm_calls": total[0],
-                        "train_tokens": total[1]})
+                        "train_tokens": total[1], "train_wall_s": round(total[2], 3)})
         return out
 
     def facets(self) -> dict[str, list[Any]]:

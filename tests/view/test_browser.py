@@ -460,6 +460,11 @@ def test_two_runs_success_curves_overlay_and_the_values_are_the_files(browser, v
                                      and h.seed == seed and h.iteration <= last) for seed in {h.seed for h in episodes})
         cell = page.locator(f"#curves-table tr[data-run='1'][data-policy='{policy}'] td[data-iteration='{last}']")
         assert cell.inner_text().endswith(f"@ {round(spent)}")
+        page.select_option("select[data-curves='x']", "train_wall_s")
+        page.wait_for_selector("#curves-plot[data-x='train_wall_s'] .u-over")
+        seconds = statistics.fmean(sum(h.wall_time_s for h in episodes if h.phase == "train" and h.policy == policy
+                                       and h.seed == seed and h.iteration <= last) for seed in {h.seed for h in episodes})
+        assert abs(int(cell.inner_text().rsplit("@ ", 1)[1]) - seconds) <= 1  # rounded sums of rounded sums
         page.locator("input[data-run='1']").uncheck()
         page.wait_for_selector(f"#curves-plot[data-series='{len(policies)}']")
         assert "hide=1" in page.url

@@ -626,7 +626,8 @@ async function viewDiff(params) {
 const CURVE_METRICS = { success_rate: "held-out success", score: "held-out score", steps: "steps per episode",
   llm_calls: "LLM calls per episode", tokens: "tokens per episode" };
 const CURVE_X = { iteration: "iteration", train_llm_calls: "training LLM calls spent (cumulative)",
-  train_tokens: "training tokens spent (cumulative)" };
+  train_tokens: "training tokens spent (cumulative)",
+  train_wall_s: "training episode-seconds (cumulative; summed over episodes, not a parallel run's clock)" };
 
 async function viewCurves(params) {
   const runs = await api("runs");
@@ -643,8 +644,8 @@ async function viewCurves(params) {
     values.map(v => h("option", { value: v, selected: String(v) === String(current) }, labels ? labels[v] : v)));
   const root = h("section", { id: "view-curves" }, h("h2", {}, "Curves: runs overlaid"),
     h("p", { class: "muted" }, "Held-out episodes of each (run, policy): the mean over seeds of the per-seed value at each " +
-      "iteration (infrastructure failures excluded). The cost axes count the training episodes' LLM calls or tokens " +
-      "spent by the end of the iteration (mean over seeds)."),
+      "iteration (infrastructure failures excluded). The cost axes count the training episodes' LLM calls, tokens or " +
+      "episode-seconds spent by the end of the iteration (mean over seeds)."),
     h("div", { class: "filters" },
       h("label", {}, "benchmark", select("panel", panels, panel)),
       h("label", {}, "metric", select("metric", Object.keys(CURVE_METRICS), metric, CURVE_METRICS)),
