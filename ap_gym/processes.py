@@ -68,6 +68,16 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def process_started(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks since boot, from ``/proc``): with the pid, a name for
+    one process that a later process reusing the pid does not share. ``None`` when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 def owned_tempdir(prefix: str) -> Path:
     """A new temporary directory named after this host and process; first, the ones of
     this prefix that a process on this host left behind when it was killed are removed.

@@ -31,6 +31,7 @@ from ap_gym.protocol.executors.base import EvalJob, EvalResult, SettingsRunner, 
 from ap_gym.protocol.results import (
     BENCHMARK,
     EPISODES,
+    RUNNING,
     WORLDS,
     EpisodeLine,
     EpisodeLog,
@@ -64,6 +65,19 @@ def heldout_subset(task_ids: Sequence[str], n: int | None) -> list[str]:
     if n is None or n >= len(ids):
         return ids
     return [ids[(i * len(ids)) // n] for i in range(n)]
+
+
+def mark_running(run_dir: Path) -> Path:
+    """``running.json``: which process writes this run (pid, host, its start), so that a
+    reader can tell a run in progress from one that was killed (both lack summary.json)."""
+    import os
+    import socket
+
+    from ap_gym.processes import process_started
+
+    marker = run_dir / RUNNING
+    atomic_write_json(marker, {"pid": os.getpid(), "host": socket.gethostname(), "started": process_started(os.getpid())})
+    return marker
 
 
 def run(config: RunConfig, *, progress: bool = True) -> Path:
@@ -142,6 +156,7 @@ class Runner:
         self._write_metadata(run_dir, built)
         self._keep_inputs(run_dir, inputs)
         settings = self.settings()
+        marker = mark_running(run_dir)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       disable=not progress) as bar:
             overall = bar.add_task(f"{config.name}: settings", total=len(settings))
@@ -156,6 +171,7 @@ class Runner:
                         bar.advance(overall)
             finally:
                 self.close()
+                marker.unlink(missing_ok=True)  # a SIGKILL skips this: the viewer then finds the pid gone
         atomic_write_json(run_dir / "summary.json", summarise(run_dir))
         return run_dir
 

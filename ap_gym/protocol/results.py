@@ -41,6 +41,7 @@ from ap_gym.types import Episode, Step, Termination, Usage
 __all__ = [
     "BENCHMARK",
     "EPISODES",
+    "RUNNING",
     "SCHEMA_VERSION",
     "WORLDS",
     "WorldLog",
@@ -50,6 +51,7 @@ __all__ = [
     "Rates",
     "SchemaError",
     "load_abstraction_vectors",
+    "run_state",
     "load_abstractions",
     "load_benchmark",
     "load_config",
@@ -699,3 +701,35 @@ def load_record_keys(setting_dir: str | Path) -> list[tuple[int, str, int]]:
     return _read_memory(setting_dir, lambda db: [
         (int(i), str(t), int(it))
         for i, t, it in db.execute("SELECT id, task_id, iteration FROM trajectories ORDER BY id").fetchall()], [])
+
+
+#: Written by the process running a grid while it runs (pid, host, start), removed when it
+#: stops: a run without ``summary.json`` is being written only if that process still runs.
+RUNNING = "running.json"
+
+
+def run_state(run_dir: str | Path) -> tuple[str, str]:
+    """Whether a run is ``finished``, ``running`` or ``stopped``, and how that is known.
+
+    A run killed mid-grid has no ``summary.json`` either: only its own process, named in
+    ``running.json``, tells a run still being written from one that will not be."""
+    import socket
+
+    from ap_gym.processes import process_alive, process_started
+
+    run_dir = Path(run_dir)
+    if (run_dir / "summary.json").exists():
+        return "finished", "summary.json is written"
+    try:
+        info = json.loads((run_dir / RUNNING).read_text(encoding="utf-8"))
+        pid, host = int(info["pid"]), str(info["host"])
+    except FileNotFoundError:
+        return "stopped", "no summary.json and no process writing it: run the same command again to resume"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "stopped", f"{RUNNING} is unreadable and there is no summary.json: run the same command again to resume"
+    if host != socket.gethostname():
+        return "running", f"written by process {pid} on {host}, which this machine cannot check"
+    if process_alive(pid) and info.get("started") in (None, process_started(pid)):
+        return "running", f"process {pid} is writing it"
+    return "stopped", (f"process {pid}, which was writing it, is gone (killed?): run the same command again to "
+                       "resume")

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ap_gym.protocol.results import EPISODES
+from ap_gym.protocol.results import EPISODES, run_state
 from ap_gym.view.app import STATIC
 from ap_gym.view.index import FILTERS, SORTS, RunIndex, curves
 from ap_gym.view.search import SearchIndex
@@ -119,12 +119,14 @@ class Viewer:
                 log.warning("ap-gym view: closing %s: %s", getattr(closing, "path", closing), e)
 
     def status(self, k: int) -> dict[str, Any]:
-        """Whether the run is still being written (no ``summary.json`` yet), what the index
+        """Whether the run is still being written (``running``), ``finished`` or ``stopped``
+        (killed: no summary and its process gone; see :func:`run_state`), what the index
         holds, how long ago the run last wrote, and how far the search index got."""
         ix = self.index(k)
         newest = max((p.stat().st_mtime for p in ix.run.glob(f"**/{EPISODES}")), default=None)
         count = ix.conn.execute("SELECT COUNT(*), COUNT(DISTINCT setting) FROM episodes").fetchone()
-        return {"live": not (ix.run / "summary.json").exists(), "episodes": count[0], "settings": count[1],
+        state, why = run_state(ix.run)
+        return {"live": state == "running", "state": state, "why": why, "episodes": count[0], "settings": count[1],
                 "last_write_s": round(time.time() - newest, 1) if newest else None,
                 "search": self.search_index(k).status() if k in self._search else None}
 

@@ -258,7 +258,10 @@ def _start_view(*runs):
 def test_a_run_being_written_shows_new_episodes_without_a_restart(browser, view_run, tmp_path):
     run = tmp_path / "live"
     shutil.copytree(view_run, run, ignore=shutil.ignore_patterns(".view"))
-    (run / "summary.json").unlink(missing_ok=True)  # still running
+    from ap_gym.protocol.loop import mark_running
+
+    (run / "summary.json").unlink(missing_ok=True)  # still running: this process writes it
+    marker = mark_running(run)
     episodes = sorted(run.rglob("episodes.jsonl"))[0]
     lines = episodes.read_text().splitlines(keepends=True)
     episodes.write_text("".join(lines[:-1]))
@@ -274,6 +277,8 @@ def test_a_run_being_written_shows_new_episodes_without_a_restart(browser, view_
             f.write(lines[-1])
         page.wait_for_selector(f"#episode-count:has-text('{total + 1} episodes')", timeout=30_000)
         assert page.locator("#live").get_attribute("data-episodes") == str(total + 1)
+        marker.unlink()  # the writer stops without a summary (killed): no longer "live" (issue 43)
+        page.wait_for_selector("#live[data-state='stopped']:has-text('run the same command again')", timeout=30_000)
     finally:
         context.close()
         proc.terminate()

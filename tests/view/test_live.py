@@ -9,7 +9,8 @@ import shutil
 import pytest
 from fastapi.testclient import TestClient
 
-from ap_gym.protocol.results import load_episodes
+from ap_gym.protocol.loop import mark_running
+from ap_gym.protocol.results import load_episodes, run_state
 from ap_gym.view import Viewer, create_app
 
 
@@ -25,6 +26,7 @@ def test_new_episodes_appear_without_a_restart_and_only_the_tail_is_read(view_ru
     lines = episodes.read_text().splitlines(keepends=True)
     episodes.write_text("".join(lines[:-3]))  # the run as it was three episodes ago
     (run / "summary.json").unlink(missing_ok=True)
+    mark_running(run)  # this process writes it
     viewer = Viewer([run])
     client = TestClient(create_app(viewer), base_url="http://127.0.0.1")
     before = client.get("/api/run/0/status").json()
@@ -43,6 +45,40 @@ def test_new_episodes_appear_without_a_restart_and_only_the_tail_is_read(view_ru
     assert all(client.get(f"/api/run/0/episode/{r['id']}").status_code == 200 for r in rows[-3:])
     assert not viewer.catch_up()  # nothing new
     viewer.close()
+
+
+def test_a_killed_run_is_stopped_not_live_for_ever(view_run, tmp_path):
+    """Without summary.json a run is live only while the process named in running.json runs
+    (issue 43: a killed run showed "live" for ever)."""
+    import json as _json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    run = _copy(view_run, tmp_path)
+    assert run_state(run)[0] == "finished"
+    (run / "summary.json").unlink()
+    assert run_state(run) == ("stopped", "no summary.json and no process writing it: run the same command again "
+                                         "to resume")
+    mark_running(run)
+    assert run_state(run)[0] == "running"
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # a process that was writing it and is gone
+    (run / "running.json").write_text(_json.dumps({"pid": child.pid, "host": socket.gethostname(), "started": "1"}))
+    state, why = run_state(run)
+    assert state == "stopped" and f"process {child.pid}" in why and "gone" in why
+    # a live pid that is another process (the pid reused after the writer died) is not the writer
+    (run / "running.json").write_text(_json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": "1"}))
+    assert run_state(run)[0] == "stopped"
+    (run / "running.json").write_text(_json.dumps({"pid": 1, "host": "another-host", "started": "1"}))
+    assert run_state(run)[0] == "running"  # another machine's process: not checkable, said so
+    viewer = Viewer([run])
+    try:
+        status = TestClient(create_app(viewer), base_url="http://127.0.0.1").get("/api/run/0/status").json()
+        assert status["state"] == "running" and "another-host" in status["why"]
+    finally:
+        viewer.close()
 
 
 def test_episodes_sort_server_side(view_run):

@@ -771,9 +771,13 @@ async function poll() {
     const st = await fresh(`run/${k}/status`);
     const badge = document.getElementById("live");
     badge.hidden = false;
-    badge.classList.toggle("done", !st.live);
-    badge.textContent = (st.live ? "live · " : "finished · ") + `${st.episodes} episodes` +
-      (st.live && st.last_write_s !== null ? ` · last written ${Math.round(st.last_write_s)} s ago` : "");
+    badge.classList.toggle("done", st.state === "finished");
+    badge.classList.toggle("stopped", st.state === "stopped");
+    badge.dataset.state = st.state;
+    badge.title = st.why || "";
+    badge.textContent = ({ running: "live · ", finished: "finished · ", stopped: "stopped · " }[st.state] || "") +
+      `${st.episodes} episodes` + (st.live && st.last_write_s !== null ? ` · last written ${Math.round(st.last_write_s)} s ago` : "") +
+      (st.state === "stopped" ? " · not finished: " + st.why : "");
     badge.dataset.episodes = st.episodes;
     if (lastCount !== null && st.episodes !== lastCount) {
       forgetRun(k);
