@@ -1,7 +1,8 @@
 """The results format: what a run writes, and the only module that reads it back.
 
 A run directory holds ``config.json`` (the resolved config, package version, backbones),
-``prompts.json``, ``summary.json`` and, per setting (benchmark x [backbone x] policy x
+``prompts.json``, ``summary.json`` (once the grid ends; while it runs, ``running.json``
+names the process writing it: :func:`run_state`) and, per setting (benchmark x [backbone x] policy x
 seed), ``<benchmark>/[<backbone>/]<policy>/seed<k>/episodes.jsonl``: one line per
 episode, a typed, versioned record.
 
