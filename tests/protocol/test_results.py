@@ -173,7 +173,9 @@ def test_no_module_reads_the_record_by_key_but_the_results_module():
     root = Path(__file__).resolve().parents[2]
     package = root / "ap_gym"
     found = [hit for path in sorted(package.rglob("*.py")) + sorted((root / "benchmarks").rglob("*.py"))
-             if path.relative_to(root).as_posix() not in ("ap_gym/protocol/results.py", "ap_gym/types.py")
+             # trainlog.py reads its own format's header, whose key was once also called "schema"
+             if path.relative_to(root).as_posix() not in ("ap_gym/protocol/results.py", "ap_gym/types.py",
+                                                          "ap_gym/trainlog.py")
              for hit in _string_key_reads(path)]
     # the viewer's page reads the API's JSON by property, never by a record key in brackets
     script = (package / "view" / "static" / "app.js").read_text()

@@ -49,3 +49,16 @@ def test_a_directory_of_logs_alone_is_a_viewer_and_anything_else_is_refused(tmp_
     (tmp_path / "empty").mkdir()
     with pytest.raises((FileNotFoundError, ValueError)):
         Viewer([tmp_path / "empty"])
+
+
+def test_the_log_refuses_non_numbers_and_reads_the_older_header_key(tmp_path):
+    log = TrainingLog(tmp_path / "t.jsonl", run="r")
+    with pytest.raises(ValueError, match="loss=nan"):
+        log.write(update=1, loss=float("nan"))
+    with pytest.raises(ValueError, match="not a finite number"):
+        log.write(update=1, reward=True)
+    old = tmp_path / "old" / "training.jsonl"  # written before the header's key was renamed "format"
+    old.parent.mkdir()
+    old.write_text('{"schema": "ap-gym-training/1", "run": "old", "rule": "grpo"}\n{"update": 1, "reward": 0.5}\n')
+    assert TrainingLog.header(old)["run"] == "old" and TrainingLog.read(old) == [{"update": 1, "reward": 0.5}]
+    assert find_logs([tmp_path / "old"]) == [old]

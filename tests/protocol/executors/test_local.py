@@ -97,7 +97,7 @@ def test_sigterm_and_sigint_stop_cleanly_and_say_how_to_resume(tmp_path, sig):
     from tests.helpers import kill_resume_and_compare, stop_run
 
     data = ap_config(tmp_path / "killed", workers=2, heldout=6)
-    at = lambda ls: sum(x.phase == "eval" for x in ls) >= 1  # noqa: E731
+    at = lambda ls: sum(x.header.phase == "eval" for x in ls) >= 1  # noqa: E731
     if sig == signal.SIGTERM:
         proc = kill_resume_and_compare(tmp_path, data, at, sig=sig, clean_overrides={"workers": 1})
     else:
