@@ -131,14 +131,22 @@ def _run_routes(app: FastAPI, viewer: Viewer, answer: Any) -> None:
 
     @app.get("/api/run/{k}/episodes")
     def episodes(k: int, request: Request, page: int = Query(0, ge=0, le=10**9),
-                 per_page: int = Query(50, ge=1, le=1000), sort: str = "id", desc: bool = False) -> Any:
-        filters = {key: v for key, v in request.query_params.items() if key not in ("page", "per_page", "sort", "desc")}
+                 per_page: int = Query(50, ge=1, le=1000), sort: str = "id", desc: bool = False,
+                 where: str = Query("", max_length=20_000)) -> Any:
+        filters = {key: v for key, v in request.query_params.items()
+                   if key not in ("page", "per_page", "sort", "desc", "where")}
 
         def run() -> dict[str, Any]:
-            p = viewer.index(k).episodes(filters, page, per_page, sort, desc)
+            p = viewer.index(k).episodes(filters, page, per_page, sort, desc, where=where)
             return {"rows": p.rows, "total": p.total, "page": p.page, "per_page": p.per_page}
 
         return answer(run)
+
+    @app.get("/api/run/{k}/groups")
+    def groups(k: int, request: Request, by: str = Query(..., max_length=500),
+               where: str = Query("", max_length=20_000)) -> Any:
+        filters = {key: v for key, v in request.query_params.items() if key not in ("by", "where")}
+        return answer(lambda: viewer.index(k).groups([b for b in by.split(",") if b], filters, where=where))
 
     @app.get("/api/run/{k}/episode/{episode_id}")
     def episode(k: int, episode_id: int = PathParam(ge=0, le=2**62)) -> Any:

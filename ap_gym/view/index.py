@@ -81,6 +81,66 @@ CREATE TABLE rejected (setting TEXT NOT NULL, item TEXT NOT NULL);
 #: Episode columns the episode list may be sorted by.
 SORTS = ("id", "setting", "policy", "seed", "iteration", "phase", "task_id", "task_family", "success", "score",
          "outcome", "num_steps", "llm_calls", "tokens", "mode", "parse_failures", "wall_s")
+#: A condition of the filter builder: (column, operator, value); columns are SORTS' and the backbone's.
+CONDITION_OPS = {"eq": "=", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "contains": "LIKE"}
+NUMERIC = frozenset({"id", "seed", "iteration", "success", "score", "num_steps", "llm_calls", "tokens",
+                     "parse_failures", "wall_s"})
+#: Columns the episodes may be grouped by.
+GROUPS = (*FILTERS, "mode", "termination", "success")
+
+
+def parse_conditions(value: Any) -> list[tuple[str, str, Any]]:
+    """The filter builder's conditions: a JSON list of ``[column, op, value]`` (the URL's
+    ``where``), each checked: a column of :data:`SORTS` (or ``backbone``), an operator of
+    :data:`CONDITION_OPS`, a number for a numeric column."""
+    if value in (None, "", []):
+        return []
+    try:
+        items = json.loads(value) if isinstance(value, str) else value
+    except ValueError as e:
+        raise ValueError(f"where= is not JSON ({e}); give a list of [column, op, value]") from None
+    if not isinstance(items, list):
+        raise ValueError("where= must be a JSON list of [column, op, value]")
+    out = []
+    for item in items:
+        if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, str | int | float) for x in item)):
+            raise ValueError(f"condition {item!r} is not [column, op, value]")
+        column, op, raw = str(item[0]), str(item[1]), item[2]
+        if column not in (*SORTS, "backbone"):
+            raise ValueError(f"unknown column {column!r} in a condition; columns: {', '.join((*SORTS, 'backbone'))}")
+        if op not in CONDITION_OPS:
+            raise ValueError(f"unknown operator {op!r}; operators: {', '.join(CONDITION_OPS)}")
+        if op == "contains":
+            out.append((column, op, str(raw)))
+            continue
+        if column in NUMERIC:
+            try:
+                raw = float(raw)
+            except ValueError:
+                raise ValueError(f"{column} is numeric: {raw!r} is not a number") from None
+        out.append((column, op, raw if column in NUMERIC else str(raw)))
+    return out
+
+
+def _clause(filters: Mapping[str, Any], conditions: Sequence[tuple[str, str, Any]] = ()) -> tuple[str, list[Any]]:
+    """SQL ``WHERE`` of exact filters and builder conditions (columns from fixed lists, values
+    as parameters)."""
+    where, args = [], []
+    for key, value in filters.items():
+        if key not in FILTERS:
+            raise ValueError(f"unknown filter {key!r}; filters are {', '.join(FILTERS)}")
+        if value in (None, ""):
+            continue
+        where.append(f"{key} = ?")
+        args.append(int(value) if key in ("seed", "iteration") else str(value))
+    for column, op, value in conditions:
+        if op == "contains":  # a substring, case-insensitive; % and _ in it are literal
+            where.append(f"CAST({column} AS TEXT) LIKE ? ESCAPE '\\'")
+            args.append("%" + str(value).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+        else:
+            where.append(f"{column} {CONDITION_OPS[op]} ?")
+            args.append(value)
+    return ("WHERE " + " AND ".join(where)) if where else "", args
 
 
 def _mean_ci(total: float, squares: float, n: int, low: float | None = None, high: float | None = None
@@ -397,27 +457,45 @@ class RunIndex:
         return out
 
     def episodes(self, filters: Mapping[str, Any], page: int = 0, per_page: int = 50, sort: str = "id",
-                 descending: bool = False) -> Page:
-        """Episode rows matching every filter (exact values), sorted by a column of
-        :data:`SORTS` (ties by id), a page at a time: sorting and paging happen in SQLite,
-        so a 100k-episode run costs the same as a small one."""
+                 descending: bool = False, where: Any = None) -> Page:
+        """Episode rows matching every filter (exact values) and every condition of ``where``
+        (:func:`parse_conditions`), sorted by a column of :data:`SORTS` (ties by id), a page at
+        a time: filtering, sorting and paging happen in SQLite, so a 100k-episode run costs
+        the same as a small one."""
         if sort not in SORTS:
             raise ValueError(f"unknown sort column {sort!r}; sortable: {', '.join(SORTS)}")
-        where, args = [], []
-        for key, value in filters.items():
-            if key not in FILTERS:
-                raise ValueError(f"unknown filter {key!r}; filters are {', '.join(FILTERS)}")
-            if value in (None, ""):
-                continue
-            where.append(f"{key} = ?")
-            args.append(int(value) if key in ("seed", "iteration") else str(value))
-        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        clause, args = _clause(filters, parse_conditions(where))
         total = self.conn.execute(f"SELECT COUNT(*) FROM episodes {clause}", args).fetchone()[0]
         per_page = max(1, min(int(per_page), 500))
         order = f"{sort} {'DESC' if descending else 'ASC'}, id" if sort != "id" else f"id {'DESC' if descending else ''}"
         rows = self.conn.execute(f"SELECT * FROM episodes {clause} ORDER BY {order} LIMIT ? OFFSET ?",  # noqa: S608
                                  [*args, per_page, max(0, int(page)) * per_page]).fetchall()
         return Page([self._row(r) for r in rows], total, page, per_page)
+
+    def groups(self, by: Sequence[str], filters: Mapping[str, Any], where: Any = None) -> list[dict[str, Any]]:
+        """The matching episodes grouped by ``by`` (columns of :data:`GROUPS`): per group its
+        count, infrastructure failures, successes with the Wilson interval of the rate, and
+        the mean steps, LLM calls and tokens (infrastructure failures left out of the rate and
+        the means, as everywhere in ap-gym)."""
+        bad = [b for b in by if b not in GROUPS]
+        if bad or not by:
+            raise ValueError(f"cannot group by {', '.join(bad) or 'nothing'}; group by any of {', '.join(GROUPS)}")
+        clause, args = _clause(filters, parse_conditions(where))
+        cols = ", ".join(by)
+        query = f"""SELECT {cols}, COUNT(*) AS episodes, SUM(outcome='infrastructure_failure') AS infra,
+                    SUM(success * (outcome!='infrastructure_failure')) AS successes,
+                    AVG(CASE WHEN outcome!='infrastructure_failure' THEN num_steps END) AS steps,
+                    AVG(CASE WHEN outcome!='infrastructure_failure' THEN llm_calls END) AS llm_calls,
+                    AVG(CASE WHEN outcome!='infrastructure_failure' THEN tokens END) AS tokens
+                    FROM episodes {clause} GROUP BY {cols} ORDER BY {cols}"""  # noqa: S608 (columns from GROUPS)
+        out = []
+        for r in self.conn.execute(query, args):
+            n = r["episodes"] - r["infra"]
+            out.append({"key": {b: (bool(r[b]) if b == "success" else r[b]) for b in by}, "episodes": r["episodes"],
+                        "infrastructure_failures": r["infra"], "successes": r["successes"],
+                        "success_rate": r["successes"] / n if n else None, "success_ci": wilson(r["successes"], n),
+                        "steps": r["steps"], "llm_calls": r["llm_calls"], "tokens": r["tokens"]})
+        return out
 
     def matrix(self, benchmark: str | None = None, iteration: int | None = None,
                split_seeds: bool = False) -> dict[str, Any]:

@@ -7,6 +7,7 @@ skipped, except where ``AP_GYM_REQUIRE_BROWSER`` is set (CI), where that is a fa
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -477,4 +478,47 @@ def test_two_runs_success_curves_overlay_and_the_values_are_the_files(browser, v
         context.close()
         proc.terminate()
         proc.wait(timeout=30)
+    assert not errors, errors
+
+
+def _build_and_group(page, base, view_run):
+    """Build "steps >= 2" in the page, filter to held-out episodes, group by policy: the count
+    and each group's episodes and successes are the files' own."""
+    heads = [x.header for x in load_episodes(view_run)]
+    chosen = [h for h in heads if h.phase == "eval" and h.num_steps >= 2]
+    page.goto(base + "#/episodes?phase=eval")
+    page.wait_for_selector("#episode-count")
+    page.select_option("#cond-column", "num_steps")
+    page.select_option("#cond-op", "ge")
+    page.fill("#cond-value", "2")
+    page.click("#add-condition")
+    page.wait_for_selector(f"#episode-count:has-text('{len(chosen)} episodes')")
+    page.click("#group-by summary")
+    page.locator("input[data-group-by='policy']").check()
+    page.wait_for_selector("#groups-table tbody tr")
+    for policy in sorted({h.policy for h in chosen}):
+        mine = [h for h in chosen if h.policy == policy]
+        row = page.locator(f"#groups-table tr[data-group='{json.dumps([policy])}']")
+        assert row.locator("td[data-col='episodes']").inner_text() == str(len(mine))
+        assert row.locator("td[data-col='successes']").inner_text() == str(sum(h.success and not h.infrastructure_failure
+                                                                              for h in mine))
+    assert "where=" in page.url and "group=policy" in page.url and "phase=eval" in page.url
+    page.click("#column-picker summary")  # a column picked: shown in the table, kept in the URL
+    page.locator("input[data-col-toggle='tokens']").check()
+    page.wait_for_selector("#episodes-table td[data-col='tokens']")
+    assert "cols=" in page.url and page.locator("#groups-table tbody tr").count() == len({h.policy for h in chosen})
+
+
+def test_a_filter_built_in_the_page_and_a_group_by_give_the_files_counts(server, page, view_run, browser, tmp_path):
+    _build_and_group(page, server, view_run)
+    from ap_gym.view import write_static  # the bundle computes the same in the page
+
+    index = write_static([view_run], tmp_path / "bundle")
+    context = browser.new_context()
+    other = context.new_page()
+    errors: list[str] = []
+    other.on("pageerror", lambda e: errors.append(str(e)))
+    other.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    _build_and_group(other, index.as_uri(), view_run)
+    context.close()
     assert not errors, errors

@@ -256,3 +256,34 @@ def test_a_damaged_config_json_is_named_as_damaged(view_run, tmp_path, text):
     (run / "config.json").write_text(text)
     with pytest.raises(ValueError, match="damaged"):
         Viewer([run])
+
+
+def test_built_conditions_and_groups_agree_with_the_jsonl(view_run):
+    """The filter builder's conditions and the group-by (issue 43), checked against the
+    episodes as the results module reads them, not against the index."""
+    from collections import Counter
+
+    from ap_gym.view.index import parse_conditions
+
+    ix = RunIndex(view_run)
+    heads = [x.header for x in load_episodes(view_run)]
+    where = json.dumps([["num_steps", "ge", "2"], ["task_id", "contains", heads[0].task_id[1:-1].upper()]])
+    expected = [h for h in heads if h.num_steps >= 2 and heads[0].task_id[1:-1].lower() in h.task_id.lower()]
+    page = ix.episodes({"phase": "eval"}, per_page=500, where=where)
+    assert page.total == sum(h.phase == "eval" for h in expected) > 0
+    groups = ix.groups(["policy", "success"], {}, where=where)
+    counted = Counter((h.policy, h.success) for h in expected)
+    assert {(g["key"]["policy"], g["key"]["success"]): g["episodes"] for g in groups} == counted
+    for g in ix.groups(["policy"], {"phase": "eval"}):
+        mine = [h for h in heads if h.phase == "eval" and h.policy == g["key"]["policy"] and not h.infrastructure_failure]
+        assert g["successes"] == sum(h.success for h in mine) and g["success_ci"] == wilson(g["successes"], len(mine))
+    # % and _ are literal in "contains"; a number for a numeric column; unknown names refused
+    assert ix.episodes({}, where=json.dumps([["task_id", "contains", "%"]])).total == \
+        sum("%" in h.task_id for h in heads)
+    for bad, said in ((["wall_s", "gt", "soon"], "numeric"), (["file", "eq", "x"], "unknown column"),
+                      (["score", "~", "1"], "unknown operator"), ("[1, 2]", "not \\[column")):
+        with pytest.raises(ValueError, match=said):
+            parse_conditions(json.dumps([bad]) if isinstance(bad, list) else bad)
+    with pytest.raises(ValueError, match="group by"):
+        ix.groups(["file"], {})
+    ix.close()
