@@ -49,7 +49,7 @@ __all__ = ["FILTERS", "SORTS", "RunIndex"]
 log = logging.getLogger(__name__)
 
 #: Bump when the index's tables change: an index of another version is rebuilt.
-INDEX_VERSION = 5
+INDEX_VERSION = 6
 #: Episode columns a client may filter on (exact match).
 FILTERS = ("benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome")
 
@@ -388,7 +388,11 @@ class RunIndex:
             "abstractions": row.abstractions, "flagged": row.flagged, "q": _finite(row.q), "alpha": _finite(row.alpha),
             "eta": _finite(row.eta), "invocations": row.invocations, "exposed_invocations": row.exposed_invocations,
             "flagged_exposed_invocations": row.flagged_exposed_invocations,
-            "admitted_invocations": row.admitted_invocations, "labeller": result.labeller})))
+            "admitted_invocations": row.admitted_invocations, "labeller": result.labeller,
+            # the observational, family-stratified and randomised gaps side by side ([value, low, high])
+            "estimates": {name: [_finite(e.value), _finite(e.low), _finite(e.high)]
+                          for name, e in row.estimates().items() if name in ("gap", "stratified_gap", "randomised_gap")},
+            "randomised_units": sum(1 for u in row.units if u.reachable and u.coin in ("expose", "withhold"))})))
 
     # -- reading ----------------------------------------------------------------------
     def settings(self) -> list[dict[str, Any]]:

@@ -522,3 +522,74 @@ def test_a_filter_built_in_the_page_and_a_group_by_give_the_files_counts(server,
     _build_and_group(other, index.as_uri(), view_run)
     context.close()
     assert not errors, errors
+
+
+def _plant_lineage(view_run, tmp_path):
+    """A copy of the run whose abstraction memory holds a planted chain: the earliest stored
+    abstraction made ungrammatical (so flagged), a child written from it an iteration later
+    and a grandchild two later; the setting's last held-out episode saw both descendants."""
+    import sqlite3
+
+    run = tmp_path / "planted"
+    shutil.copytree(view_run, run, ignore=shutil.ignore_patterns(".view"))
+    setting = run / "shop" / "abstraction" / "seed0"
+    conn = sqlite3.connect(setting / "memory.sqlite")
+    with conn:
+        root, iteration, kind, embedding = conn.execute(
+            "SELECT id, iteration, kind, embedding FROM abstractions ORDER BY iteration, id LIMIT 1").fetchone()
+        conn.execute("UPDATE abstractions SET text=? WHERE id=?", ('Always type "levitate[basket]" first.', root))
+        top = conn.execute("SELECT MAX(id) FROM abstractions").fetchone()[0]
+        child, grandchild = top + 1, top + 2
+        for new, parent, later in ((child, root, 1), (grandchild, child, 2)):
+            conn.execute("INSERT INTO abstractions (id, text, kind, embedding, iteration) VALUES (?,?,?,?,?)",
+                         (new, f"Planted descendant {new}: click the first result.", kind, embedding, iteration + later))
+            conn.execute("INSERT INTO abstraction_parents VALUES (?, ?)", (new, parent))
+    conn.close()
+    path = setting / "episodes.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    last = max(i for i, x in enumerate(lines) if x["head"]["phase"] == "eval")
+    info = lines[last]["head"].setdefault("policy_info", {})
+    info["abstractions_in_prompt"] = [*info.get("abstractions_in_prompt", []), child, grandchild]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return run, root, child, grandchild
+
+
+def test_the_lineage_of_a_planted_flagged_abstraction_shows_every_descendant_and_its_episodes(browser, view_run, tmp_path):
+    run, root, child, grandchild = _plant_lineage(view_run, tmp_path)
+    lines = [x for x in load_episodes(run) if x.header.setting.startswith("shop/abstraction/seed0")]
+    proc, url = _start_view(run)
+    context = browser.new_context()
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    try:
+        page.goto(url + f"#/lineage?setting=shop/abstraction/seed0&abstraction={root}")
+        page.wait_for_selector("#lineage-graph")
+        assert page.locator(f"#lineage-graph g[data-abstraction='{root}']").get_attribute("data-flagged") == "true"
+        descendants = {int(x) for x in page.locator("#lineage-graph g[data-relation='descendant']").evaluate_all(
+            "els => els.map(e => e.dataset.abstraction)")}
+        stored = load_abstractions(run / "shop" / "abstraction" / "seed0")  # the memory's own parent links
+        expected, todo = set(), [root]
+        while todo:
+            below = {a.id for a in stored if todo[0] in a.parents}
+            todo = todo[1:] + sorted(below - expected)
+            expected |= below
+        assert {child, grandchild} <= expected and descendants == expected
+        assert page.locator(f"path[data-edge='{root}-{child}']").count() == 1
+        assert page.locator(f"path[data-edge='{child}-{grandchild}']").count() == 1
+        for a in (root, child, grandchild):  # the episodes each guided, as the files say
+            saw = [x for x in lines if a in x.header.policy_info.get("abstractions_in_prompt", [])]
+            cell = page.locator(f"#lineage-table tr[data-abstraction='{a}'] td[data-col='seen'] span[data-count]")
+            assert cell.get_attribute("data-count") == str(len(saw)), a
+        assert "not run" in page.locator("#audit-estimates tr[data-estimate='randomised_gap']").inner_text()
+        page.goto(url + f"#/lineage?setting=shop/abstraction/seed0&abstraction={grandchild}")
+        page.wait_for_selector(f"#lineage-graph g[data-abstraction='{grandchild}'].selected")
+        ancestors = {int(x) for x in page.locator("#lineage-graph g[data-relation='ancestor']").evaluate_all(
+            "els => els.map(e => e.dataset.abstraction)")}
+        assert {root, child} <= ancestors  # (the root's own ancestors too, if the run gave it any)
+    finally:
+        context.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert not errors, errors
