@@ -98,11 +98,16 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 # The viewer's vendored front-end parts (committed, so installs and view time need no
 # network): re-fetched from the npm registry at the pinned version.
 UPLOT := 1.6.32
+# MiniSearch: the static bundle's search, in the page.
+MINISEARCH := 7.2.0
 view-assets:
-	rm -rf build/npm && mkdir -p build/npm
+	rm -rf build/npm && mkdir -p build/npm/minisearch
 	cd build/npm && npm pack --silent uplot@$(UPLOT) && tar xzf uplot-$(UPLOT).tgz
 	cp build/npm/package/dist/uPlot.iife.min.js build/npm/package/dist/uPlot.min.css ap_gym/view/static/vendor/
 	cp build/npm/package/LICENSE ap_gym/view/static/vendor/uPlot.LICENSE
+	cd build/npm/minisearch && npm pack --silent minisearch@$(MINISEARCH) && tar xzf minisearch-$(MINISEARCH).tgz
+	cp build/npm/minisearch/package/dist/umd/index.js ap_gym/view/static/vendor/minisearch.umd.js
+	cp build/npm/minisearch/package/LICENSE.txt ap_gym/view/static/vendor/minisearch.LICENSE
 
 # Benchmarks: each script writes its section to benchmarks/sections/, and results.py
 # assembles benchmarks/RESULTS.md from them. `bench` re-runs what fits this 2-core machine

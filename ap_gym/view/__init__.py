@@ -319,6 +319,29 @@ def _write_chunks(ix: RunIndex, base: Path, k: int, chunk: int) -> None:
             f.close()
 
 
+#: Characters of searchable text a bundle carries per run (instructions, guidance, actions
+#: and observations, each observation cut as the server's index cuts it); past it the
+#: page's search says how many episodes it covers.
+SEARCH_CHARS = 40_000_000
+
+
+def _search_documents(ix: RunIndex) -> dict[str, Any]:
+    """The documents the page's search (MiniSearch) indexes: those of the server's search."""
+    from ap_gym.view.search import _documents
+
+    docs: list[tuple[str, int, int, str]] = []
+    chars = indexed = 0
+    total = ix.conn.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
+    for episode_id, file, offset, length in ix.conn.execute("SELECT id, file, offset, length FROM episodes ORDER BY id"):
+        found = _documents(ix.run / file / EPISODES, episode_id, offset, length)
+        chars += sum(len(d[0]) for d in found)
+        if chars > SEARCH_CHARS:
+            break
+        docs += found
+        indexed += 1
+    return {"docs": docs, "indexed": indexed, "episodes": total}
+
+
 def write_static(runs: Sequence[str | Path], out: str | Path, rebuild: bool = False) -> Path:
     """Write the viewer and the data of ``runs`` to ``out`` (``out/index.html`` opens from disk)."""
     out = Path(out)
@@ -350,6 +373,7 @@ def write_static(runs: Sequence[str | Path], out: str | Path, rebuild: bool = Fa
             _put(base / "config.js", f"run/{k}/config", ix.meta.get("config"))
             _put(base / "episodes.js", f"run/{k}/episodes", list(ix.all_rows()))
             _write_chunks(ix, base, k, chunk)
+            _put(base / "search.js", f"run/{k}/search", _search_documents(ix))
     finally:
         viewer.close()
     return out / "index.html"

@@ -243,8 +243,64 @@ def test_the_static_bundle_opens_from_disk(browser, view_run, tmp_path):
     # which once left the page on "loading..." for ever (issue 43)
     page.goto(index.as_uri() + "#/diff")
     page.wait_for_selector("#diff-summary:has-text('0 key(s) differ')", timeout=15_000)
+    for view in ("runs", "compare", "matrix", "curves", "training", "lineage"):  # every page of the bundle
+        page.goto(index.as_uri() + f"#/{view}")
+        page.wait_for_selector(f"nav a.active[data-nav='{view}']")
+        page.wait_for_function("document.getElementById('status').textContent === ''", timeout=15_000)
+        assert not page.locator("#main p.error").count(), (view, page.locator("#main").inner_text()[:300])
     context.close()
     assert not errors
+
+
+def _word_count(run, word):
+    """The documents (instruction, guidance, each step's action and observation, as the
+    server's search index cuts them) that hold ``word`` as a word, counted from the files."""
+    import re as _re
+
+    from ap_gym.view.search import MAX_CHARS
+
+    n = 0
+    for x in load_episodes(run):
+        texts = [x.header.instruction[:MAX_CHARS]]
+        guidance = x.header.policy_info.get("guidance")
+        if isinstance(guidance, str) and guidance:
+            texts.append(guidance[:MAX_CHARS])
+        texts += [f"{st.action}\n{st.observation[:MAX_CHARS]}" for st in x.steps]
+        n += sum(word in {w.lower() for w in _re.findall(r"\w+", t)} for t in texts if t.strip())
+    return n
+
+
+def test_the_bundle_searches_in_the_page_and_agrees_with_the_server(browser, server, view_run, tmp_path):
+    """The bundle's search (MiniSearch in the page) finds what the server's (SQLite FTS5)
+    finds: the same count, which is the files' own, and hits that open their step."""
+    import time as _time
+    import urllib.request
+
+    from ap_gym.view import write_static
+
+    word = next(w.lower() for x in load_episodes(view_run) for st in x.steps for w in st.action.replace("[", " ").split()
+                if w.isalpha() and len(w) > 3)
+    expected = _word_count(view_run, word)
+    for _ in range(120):  # the server builds its search index in the background
+        answer = json.loads(urllib.request.urlopen(server + f"api/run/0/search?q={word}&limit=5").read())
+        if answer["status"]["ready"]:
+            break
+        _time.sleep(0.5)
+    assert answer["total"] == expected > 0
+    index = write_static([view_run], tmp_path / "bundle")
+    context = browser.new_context()
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(index.as_uri() + f"#/search?q={word}")
+    page.wait_for_selector("#search-status")
+    status = page.locator("#search-status").inner_text()
+    assert (f"of {expected} hit(s)" in status) if expected > 100 else (status == f"{expected} hit(s)"), status
+    page.locator("#search-hits li a").first.click()
+    page.wait_for_selector("#timeline .step")
+    context.close()
+    assert not errors, errors
 
 
 def _start_view(*runs):
