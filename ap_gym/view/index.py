@@ -600,7 +600,10 @@ def curves(settings: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         points = []
         for it, rows in sorted(by_it.items()):
             rates = [r["success_rate"] for r in rows if r["success_rate"] is not None]
+            successes, valid = sum(r["successes"] or 0 for r in rows), sum(r["valid"] for r in rows)
             points.append({"iteration": it, "success": (sum(rates) / len(rates)) if rates else None,
+                           # the pooled held-out episodes' Wilson interval (the seeds' episodes together)
+                           "interval": wilson(successes, valid), "successes": successes, "valid": valid,
                            "seeds": {str(r["seed"]): r["success_rate"] for r in rows},
                            "episodes": sum(r["episodes"] for r in rows),
                            "llm_calls": _avg([r["llm_calls"] for r in rows])})

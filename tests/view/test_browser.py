@@ -85,6 +85,14 @@ def test_runs_page_shows_the_settings_and_the_curves(server, page, view_run):
         assert row.locator("[data-col=success]").inner_text().startswith(f"{rate:.2f}".rstrip("0").rstrip(".")
                                                                           if rate in (0, 1) else f"{rate:.2f}")
     assert page.locator(".panel .uplot").count() >= 1
+    # every point has its interval bar, and coinciding lines differ by dash (issue 43: 5 of 6 policies
+    # at 0 % showed as one line, without bands)
+    panel = page.locator(".panel[data-panel^='shop']").first
+    points = {(x.header.policy, x.header.iteration) for x in lines if not x.header.infrastructure_failure}
+    page.wait_for_function("document.querySelector(\".panel[data-panel^='shop']\").dataset.intervals !== undefined")
+    assert panel.get_attribute("data-intervals") == str(len(points))
+    styles = panel.locator(".u-legend .u-series .u-marker").evaluate_all("els => els.map(e => getComputedStyle(e).borderStyle)")
+    assert len(styles) == 1 + len({p for p, _ in points}) and styles[1] == "solid" and len(set(styles[1:])) == 3
     # the statistics and audit of ap-gym report arrive after the page
     page.wait_for_selector("#report [data-table=stats]")
     # hovering a point shows its numbers; clicking it opens its episodes

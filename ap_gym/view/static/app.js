@@ -215,13 +215,39 @@ function curve(panel) {
   const [benchmark, backbone] = panel.panel.split(" @ ");
   const tip = document.getElementById("tooltip");
   let hover = null;
+  // lines that coincide (several policies at 0 %) stay distinguishable: each series has its own
+  // dash and the later ones are drawn thinner on top; each point carries its 95 % interval
+  const DASHES = [undefined, [8, 4], [2, 3], [12, 3, 2, 3], [4, 4], [1, 6]];
+  let intervals = 0;
   const opts = {
     width: 460, height: 260,
     scales: { x: { time: false }, y: { range: [0, 1] } },
-    axes: [{ label: "iteration" }, { label: "held-out success" }],
-    series: [{ label: "iteration" }, ...panel.series.map((s, i) => ({ label: s.policy, stroke: COLORS[i % COLORS.length], width: 2, points: { size: 7 } }))],
+    axes: [{ label: "iteration" }, { label: "held-out success (95 % Wilson bars)" }],
+    series: [{ label: "iteration" }, ...panel.series.map((s, i) => ({ label: s.policy, stroke: COLORS[i % COLORS.length],
+      width: Math.max(1.25, 3.5 - 0.5 * i), dash: DASHES[i % DASHES.length], points: { size: Math.max(4, 9 - i) } }))],
     legend: { show: true },
     hooks: {
+      draw: [u => {
+        const ctx = u.ctx;
+        intervals = 0;
+        panel.series.forEach((s, i) => {
+          const n = panel.series.length, shift = (i - (n - 1) / 2) * 4 * devicePixelRatio;  // side by side, not on top
+          ctx.save();
+          ctx.strokeStyle = COLORS[i % COLORS.length];
+          ctx.lineWidth = 1.5 * devicePixelRatio;
+          for (const p of s.points) {
+            if (!p.interval) continue;
+            const x = u.valToPos(p.iteration, "x", true) + shift;
+            const [y0, y1] = [u.valToPos(p.interval[0], "y", true), u.valToPos(p.interval[1], "y", true)];
+            ctx.beginPath(); ctx.moveTo(x, y0); ctx.lineTo(x, y1);
+            ctx.moveTo(x - 3, y0); ctx.lineTo(x + 3, y0); ctx.moveTo(x - 3, y1); ctx.lineTo(x + 3, y1);
+            ctx.stroke();
+            intervals += 1;
+          }
+          ctx.restore();
+        });
+        box.dataset.intervals = intervals;
+      }],
       setCursor: [u => {
         const idx = u.cursor.idx;
         if (idx === null || idx === undefined || u.cursor.left < 0) { tip.hidden = true; hover = null; return; }
@@ -237,7 +263,8 @@ function curve(panel) {
         const p = s.points.find(q => q.iteration === u.data[0][idx]);
         hover = { policy: s.policy, iteration: p.iteration };
         const rect = u.over.getBoundingClientRect();
-        tip.replaceChildren(h("b", {}, s.policy), h("br"), `iteration ${p.iteration}: success ${fmt(p.success)}`, h("br"),
+        tip.replaceChildren(h("b", {}, s.policy), h("br"), `iteration ${p.iteration}: success ${fmt(p.success)}` +
+          (p.interval ? ` (pooled ${p.successes}/${p.valid}, 95 % ${fmt(p.interval[0])}–${fmt(p.interval[1])})` : ""), h("br"),
           `seeds: ${Object.entries(p.seeds).map(([k, v]) => `${k}=${fmt(v)}`).join(", ")}`, h("br"),
           `episodes ${p.episodes} · LLM calls/episode ${fmt(p.llm_calls, 1)}`, h("br"), h("i", {}, "click: its episodes"));
         tip.hidden = false;
@@ -248,6 +275,11 @@ function curve(panel) {
     },
   };
   const plot = new uPlot(opts, data, box);
+  // the legend shows each line's dash too (uPlot draws every marker solid)
+  plot.root.querySelectorAll(".u-legend .u-series").forEach((row, i) => {
+    const marker = row.querySelector(".u-marker"), dash = i ? DASHES[(i - 1) % DASHES.length] : null;
+    if (marker && i) marker.style.borderStyle = !dash ? "solid" : dash[0] <= 2 ? "dotted" : "dashed";
+  });
   plot.over.addEventListener("mouseleave", () => { tip.hidden = true; });
   plot.over.addEventListener("click", () => {
     if (!hover) return;
