@@ -93,15 +93,21 @@ def _head(r: Results) -> list[str]:
             f"once per run). Held-out episodes: {len(evals)}, infrastructure failures among them: {infra}. "
             f"Embedder: {embedders} (the bandit's rho = 0.7 is on the paper's embedder's similarity scale; another "
             "embedder has another).", "",
-            "Success is the benchmark's own definition; a step-limit truncation and a prompt the model refused are "
+            reading_notes(), ""]
+    return head
+
+
+def reading_notes() -> str:
+    """How to read every table: what success is, what the spreads are over, and what the
+    marks (†, ‡, §) mean; the report and the viewer's copy of its tables both print it."""
+    return ("Success is the benchmark's own definition; a step-limit truncation and a prompt the model refused are "
             "failures. Means and standard deviations are over seeds at each setting's final iteration. "
             f"{tables.IDENTICAL_MARK} marks a method whose seeds gave identical results (greedy decoding), so its "
             f"± 0.0 is not a measured spread; {tables.CHOOSE_MARK} marks a method whose agent chose among admissible "
             "commands by log-likelihood (ap-gym's `choose`), not the paper's agent, which generates its action; "
             f"{tables.CONSTRAINED_MARK} marks one that chose by greedy decoding under a choice grammar "
             "(`choose_method: constrained`): another decision rule than the argmax of log-likelihoods, so another "
-            "agent than the same method chosen exactly.", ""]
-    return head
+            "agent than the same method chosen exactly.")
 
 
 def write_report(runs: Sequence[str | Path], out: str | Path | None = None, benchmark_labeller: bool = True,

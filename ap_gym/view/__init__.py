@@ -195,10 +195,12 @@ class Viewer:
         objects, computed once and kept while the viewer runs)."""
         run = self.index(k).run  # a run deleted meanwhile is said to be gone, even with its tables kept
         if k not in self._reports:
-            from ap_gym.report import collect, report_tables
+            from ap_gym.report import collect, reading_notes, report_tables
 
             tables = report_tables(collect([run]))
-            self._reports[k] = {"tables": [{"name": t.name, "title": t.title, "header": t.header,
+            # the notes too: without them the viewer's copy showed †, ‡ and § unexplained (issue 43)
+            self._reports[k] = {"notes": reading_notes(),
+                                "tables": [{"name": t.name, "title": t.title, "header": t.header, "intro": t.intro,
                                             "rows": [[_cell(v) for v in row] for row in t.rows]}
                                            for t in tables if t.header]}
         return self._reports[k]

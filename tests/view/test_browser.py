@@ -95,6 +95,8 @@ def test_runs_page_shows_the_settings_and_the_curves(server, page, view_run):
     assert len(styles) == 1 + len({p for p, _ in points}) and styles[1] == "solid" and len(set(styles[1:])) == 3
     # the statistics and audit of ap-gym report arrive after the page
     page.wait_for_selector("#report [data-table=stats]")
+    notes = page.locator("#report-notes").inner_text()  # the marks the tables use are explained beside them
+    assert all(f"{mark} marks" in notes for mark in "†‡§")
     # hovering a point shows its numbers; clicking it opens its episodes
     over = page.locator(".panel .u-over").first
     box = over.bounding_box()

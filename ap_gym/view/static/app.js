@@ -196,7 +196,9 @@ async function viewRuns() {
   const stats = h("div", { id: "report" }, h("p", { class: "muted" }, "Statistics and audit: computing…"));
   root.append(h("h3", {}, "Statistics and audit (as in ap-gym report)"), stats);
   api(`run/${k}/report`).then(rep => {
-    stats.replaceChildren(...rep.tables.map(t => h("div", { "data-table": t.name }, h("h4", {}, t.title || t.name.replace(/_/g, " ")),
+    stats.replaceChildren(h("p", { class: "muted", id: "report-notes" }, rep.notes || ""),
+      ...rep.tables.map(t => h("div", { "data-table": t.name }, h("h4", {}, t.title || t.name.replace(/_/g, " ")),
+      t.intro ? h("p", { class: "muted table-intro" }, t.intro) : null,
       table(t.header, t.rows.map(r => h("tr", {}, r.map(c => h("td", {}, c))))))));
   }).catch(e => stats.replaceChildren(h("p", { class: "error" }, "report: " + e.message)));
   return root;
