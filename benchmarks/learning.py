@@ -96,6 +96,35 @@ def evaluate(checkpoint: Path | str, games: dict[str, list[str]], out: Path, nam
     return sum(h.success for h in heads), sum(not h.infrastructure_failure for h in heads)
 
 
+def won(out: Path, name: str) -> dict[str, bool]:
+    """Each held-out game of a finished evaluation and whether it was won (read back from the run)."""
+    return {h.task_id: h.success for h in load_headers(out / "eval" / name) if h.phase == "eval"
+            and not h.infrastructure_failure}
+
+
+def by_level(out: Path, rules: list[str]) -> list[str]:
+    """Held-out wins per level for each model, and whether the rules won the same games: three
+    equal totals could hide different games (or the same ones, which is a finding too)."""
+    names = {"untrained": "before", **{rule: f"after-{rule}" for rule in rules}}
+    results = {label: won(out, name) for label, name in names.items()}
+    levels = sorted({int(t.split("_l")[1].split("_")[0]) for t in results["untrained"]})
+    lines = ["| level | held-out games | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for level in levels:
+        games = [t for t in results["untrained"] if t.startswith(f"coin_l{level}_")]
+        lines.append(f"| {level} | {len(games)} | " + " | ".join(str(sum(results[label].get(t, False) for t in games))
+                                                              for label in names) + " |")
+    sets = {rule: frozenset(t for t, w in results[rule].items() if w) for rule in rules}
+    same = len(set(sets.values())) == 1
+    common = frozenset.intersection(*sets.values()) if sets else frozenset()
+    lines += ["", ("The rules won the same held-out games" if same else
+                   f"The rules won different games: {len(common)} won by every rule; "
+                   + ", ".join(f"{r} alone {len(sets[r] - frozenset().union(*(v for k, v in sets.items() if k != r)))}"
+                               for r in rules)) + "; every loss ran out of the step limit"
+              * all(h.termination.value == "step_limit" for rule in rules
+                    for h in load_headers(out / "eval" / f"after-{rule}") if h.phase == "eval" and not h.success) + "."]
+    return lines
+
+
 def train(rule: str, args: argparse.Namespace, games: dict[str, list[str]], out: Path) -> Path:
     """One rule's training; returns its checkpoint (the model and its tokenizer)."""
     import torch
@@ -304,6 +333,7 @@ def section(args: argparse.Namespace, games: dict[str, list[str]], before: tuple
              f"| untrained | {proportion(*before)} | - | - |"]
     for rule, (k, n) in results.items():
         lines.append(f"| {rule} | {proportion(k, n)} | {difference(k, n, *before)} | {seconds[rule] / 60:.0f} min |")
+    lines += ["", "Held-out wins per level:", "", *by_level(Path(args.out), list(results))]
     shown = os.path.relpath(curves.resolve(), Path(__file__).resolve().parent)  # from RESULTS.md's folder
     lines += ["", f"![learning curves]({shown})", "",
               f"Training curves (moving mean over 5 updates): `{curves}`; per-update logs: "
