@@ -335,12 +335,12 @@ function wilson(k, n, z = 1.96) {
   return [Math.max(0, centre - half), Math.min(1, centre + half)];
 }
 
-async function staticRows(k, filters, conds) {
+async function staticRows(k, filters, conds = []) {
   const all = await api(`run/${k}/episodes`);
   return all.filter(r => Object.entries(filters).every(([f, v]) => String(r[f]) === String(v)) && conds.every(c => matches(r, c)));
 }
 
-async function queryEpisodes(k, filters, page, sort, desc, conds) {
+async function queryEpisodes(k, filters, page, sort, desc, conds = []) {
   if (MODE === "server") {
     const params = Object.assign({}, filters, { page, per_page: PER_PAGE });
     if (sort) { params.sort = sort; params.desc = desc ? "true" : "false"; }
