@@ -16,24 +16,22 @@ from typing import Any
 
 from ap_gym.trainlog import FILENAME, TrainingLog
 
-__all__ = ["find_logs", "has_logs", "training_logs"]
+__all__ = ["find_logs", "training_logs"]
 
 
 def find_logs(paths: Iterable[str | Path]) -> list[Path]:
     """The training logs under ``paths`` (each file once, in path order; a file whose first line
     is not a training log's header is not one)."""
     found: list[Path] = []
+    seen: set[Path] = set()
     for path in map(Path, paths):
         candidates = [path] if path.is_file() else sorted(
             p for p in path.rglob(FILENAME) if ".view" not in p.relative_to(path).parts)
         for p in candidates:
-            if p.resolve() not in {f.resolve() for f in found} and TrainingLog.header(p) is not None:
+            if p.resolve() not in seen and TrainingLog.header(p) is not None:
+                seen.add(p.resolve())
                 found.append(p)
     return found
-
-
-def has_logs(path: str | Path) -> bool:
-    return bool(find_logs([path]))
 
 
 def _number(value: Any) -> float | None:

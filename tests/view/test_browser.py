@@ -54,13 +54,19 @@ def server(view_run):
         proc.wait(timeout=30)
 
 
+def _watch(page) -> list[str]:
+    """The uncaught exceptions and console errors ``page`` will log (a test asserts none)."""
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    return errors
+
+
 @pytest.fixture()
 def page(browser):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    errors = _watch(page)
     yield page
     context.close()
     assert not errors, f"the page logged errors: {errors}"
@@ -300,9 +306,7 @@ def test_the_bundle_searches_in_the_page_and_agrees_with_the_server(browser, ser
     index = write_static([view_run], tmp_path / "bundle")
     context = browser.new_context()
     page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    errors = _watch(page)
     page.goto(index.as_uri() + f"#/search?q={word}")
     page.wait_for_selector("#search-status")
     status = page.locator("#search-status").inner_text()
@@ -450,9 +454,7 @@ def test_training_curves_of_two_rules_overlay_beside_a_run(browser, view_run, tm
     proc, url = _start_view(view_run, logs)
     context = browser.new_context()
     page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    errors = _watch(page)
     try:
         page.goto(url + "#/training?metric=loss")
         page.wait_for_selector("#training-plot[data-series='2'] .u-over")
@@ -484,9 +486,7 @@ def test_a_bundle_of_training_logs_alone_opens_on_its_training_page(browser, tmp
     index = write_static([_training_logs(tmp_path / "learning")], tmp_path / "bundle")
     context = browser.new_context()
     page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    errors = _watch(page)
     page.goto(index.as_uri())
     page.wait_for_selector("#training-plot[data-series='2'][data-metric='reward'] .u-over")
     page.select_option("select[data-training='smooth']", "5")
@@ -507,9 +507,7 @@ def test_two_runs_success_curves_overlay_and_the_values_are_the_files(browser, v
     proc, url = _start_view(view_run, other)
     context = browser.new_context()
     page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    errors = _watch(page)
     episodes = [x.header for x in load_episodes(view_run)]
     policies = sorted({h.policy for h in episodes})
     last = max(h.iteration for h in episodes if h.phase == "eval")
@@ -582,9 +580,7 @@ def test_a_filter_built_in_the_page_and_a_group_by_give_the_files_counts(server,
     index = write_static([view_run], tmp_path / "bundle")
     context = browser.new_context()
     other = context.new_page()
-    errors: list[str] = []
-    other.on("pageerror", lambda e: errors.append(str(e)))
-    other.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    errors = _watch(other)
     _build_and_group(other, index.as_uri(), view_run)
     context.close()
     assert not errors, errors
@@ -626,9 +622,7 @@ def test_the_lineage_of_a_planted_flagged_abstraction_shows_every_descendant_and
     proc, url = _start_view(run)
     context = browser.new_context()
     page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    errors = _watch(page)
     try:
         page.goto(url + f"#/lineage?setting=shop/abstraction/seed0&abstraction={root}")
         page.wait_for_selector("#lineage-graph")
