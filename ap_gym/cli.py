@@ -172,8 +172,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     _print_final(run_dir)
+    _index_for_view(run_dir)
     print(f"results: {run_dir}  (tables and plots: ap-gym report {run_dir})")
     return 0
+
+
+def _index_for_view(run_dir: object) -> None:
+    """Build (or catch up) the run's view index now, so that ``ap-gym view`` opens it at once
+    however large it is; only a cache: failing to write it costs the first open its time."""
+    from pathlib import Path
+
+    try:
+        from ap_gym.view.index import RunIndex
+
+        RunIndex(Path(str(run_dir))).close()
+    except Exception as e:  # the results are complete: never fail a finished run for its cache
+        print(f"ap-gym: the run's view index was not written ({type(e).__name__}: {e}); ap-gym view builds it "
+              "when it opens the run", file=sys.stderr)
 
 
 def _print_final(run_dir: object) -> None:

@@ -88,6 +88,7 @@ def test_resume_keeps_the_valid_lines_after_a_damaged_one(tmp_path, capsys, capl
     out = tmp_path / "out"
     cfg = write_config(tmp_path, heldout=5)
     assert main(["run", str(cfg), "--out", str(out)]) == 0
+    assert (out / "t" / ".view" / "index.sqlite").exists()  # indexed as it ended: ap-gym view opens it at once
     log = out / "t" / "shop" / "random" / "seed0" / "episodes.jsonl"
     lines = log.read_text().splitlines()
     assert len(lines) >= 4
@@ -101,6 +102,12 @@ def test_resume_keeps_the_valid_lines_after_a_damaged_one(tmp_path, capsys, capl
                                                        parse_line(lines[middle]).header.index)]
     assert "damaged" in capsys.readouterr().err + caplog.text
     assert log.with_suffix(".jsonl.bad").read_text(errors="replace").startswith(lines[middle][:30])
+    from ap_gym.view.index import RunIndex
+
+    ix = RunIndex(out / "t")  # the index the resume left agrees with the file it rewrote
+    assert [(r["phase"], r["idx"]) for r in ix.all_rows()] == [(parse_line(x).header.phase,
+                                                                parse_line(x).header.index) for x in kept]
+    ix.close()
 
 
 def test_report_names_a_setting_whose_memory_cannot_be_read(tmp_path):

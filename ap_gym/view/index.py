@@ -1,4 +1,4 @@
-"""The viewer's index of a run: one SQLite file, built once, rebuilt when the run changes.
+"""The viewer's index of a run: one SQLite file, persisted beside the run, caught up as it grows.
 
 A run of 100,000 episodes is gigabytes of JSONL, mostly prompts. Opening it must not
 mean parsing it: the index keeps one row per episode (where it sits in the protocol,
@@ -7,9 +7,14 @@ links (retrieved record -> source episode, abstraction -> sources, parents, epis
 that saw it). An episode's steps are read from its byte range only when it is opened.
 
 The index lives beside the run (``<run>/.view/index.sqlite``), or in the cache when the
-run directory is read-only. It carries a signature of the files it was built from
-(path, size, modification time); a different signature means a rebuild, written to a
-temporary file and swapped in, so a reader never sees half an index.
+run directory is read-only. It is built once (``ap-gym run`` builds it when a run ends)
+and from then on updated incrementally by whoever opens it: each setting's episodes
+file is read on from the byte where the index stopped, and a setting's memory is read
+again only when its files changed. A full rebuild happens only for an index of another
+version, a damaged one, or a run whose file shrank (a resume moved a damaged line
+aside); it is written to a temporary file and swapped in, so a reader never sees half
+an index. Catch-ups run in one write transaction each, so two viewers of one run never
+index the same lines twice.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ __all__ = ["FILTERS", "SORTS", "RunIndex"]
 log = logging.getLogger(__name__)
 
 #: Bump when the index's tables change: an index of another version is rebuilt.
-INDEX_VERSION = 6
+INDEX_VERSION = 7
 #: Episode columns a client may filter on (exact match).
 FILTERS = ("benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome")
 
@@ -75,7 +80,7 @@ CREATE TABLE abstractions (
 CREATE TABLE seen (setting TEXT NOT NULL, abstraction_id INTEGER NOT NULL, episode_id INTEGER NOT NULL);
 CREATE INDEX seen_by ON seen (setting, abstraction_id);
 CREATE TABLE audits (setting TEXT PRIMARY KEY, row TEXT NOT NULL);
-CREATE TABLE files (file TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
+CREATE TABLE files (file TEXT PRIMARY KEY, bytes INTEGER NOT NULL, tail TEXT NOT NULL, memory TEXT NOT NULL);
 CREATE TABLE rejected (setting TEXT NOT NULL, item TEXT NOT NULL);
 """
 #: Episode columns the episode list may be sorted by.
@@ -173,19 +178,50 @@ def _row_of(h: EpisodeHeader, rel: str, start: int, length: int) -> tuple[Any, .
 
 
 def _signature(run: Path) -> str:
-    """What the index was built from: every result file's path, size and mtime."""
+    """What the index was built from: every result file's path, size and mtime (the episodes,
+    and each setting's memory files, :func:`_memory_stamp`)."""
     parts = [f"v{INDEX_VERSION}"]
     for directory in setting_dirs(run):
-        for name in (EPISODES, "memory.sqlite", "memory.sqlite-wal"):
-            path = directory / name
-            with contextlib.suppress(OSError):
-                st = path.stat()
-                parts.append(f"{path.relative_to(run).as_posix()}:{st.st_size}:{st.st_mtime_ns}")
+        path = directory / EPISODES
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            parts.append(f"{path.relative_to(run).as_posix()}:{st.st_size}:{st.st_mtime_ns}")
+        parts.append(_memory_stamp(directory))
     for name in ("config.json", "summary.json"):
         with contextlib.suppress(OSError):
             st = (run / name).stat()
             parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _memory_stamp(directory: Path) -> str:
+    """What a setting's memory was read from: every file of its directory but the episodes
+    (the store, its WAL, the recorded worlds, the benchmark's description), size and mtime."""
+    parts = []
+    with contextlib.suppress(OSError):
+        for path in sorted(directory.iterdir()):
+            if path.name == EPISODES or not path.is_file():
+                continue
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                parts.append(f"{path.name}:{st.st_size}:{st.st_mtime_ns}")
+    return "\n".join(parts)
+
+
+#: Bytes before where the index stopped that a catch-up checks are still there.
+TAIL_BYTES = 4096
+
+
+def _tail(path: Path, end: int) -> str:
+    """A digest of the bytes of ``path`` just before ``end``: a catch-up reads on from ``end``
+    only if they are unchanged (a file edited or rewritten before that point, not appended
+    to, has other byte offsets: its index is rebuilt)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, end - TAIL_BYTES))
+            return hashlib.sha256(f.read(min(end, TAIL_BYTES))).hexdigest()
+    except OSError:
+        return ""
 
 
 def _index_path(run: Path) -> Path:
@@ -217,9 +253,17 @@ class RunIndex:
         self.meta = load_config(self.run)  # refuses a directory that is not a run
         self.path = _index_path(self.run)
         signature = _signature(self.run)
-        if rebuild or self._stored_signature() != signature:
+        if rebuild or not self._usable():
             self._build(signature)
         self._open()
+        if self.signature != signature:  # written since the index was: read on from where it stopped
+            try:
+                self.refresh()
+            except sqlite3.DatabaseError as e:  # damaged since: it is only a cache
+                log.warning("%s: the view index is damaged (%s); rebuilding it", self.path, e)
+                self.conn.close()
+                self._build(_signature(self.run))
+                self._open()
 
     def close(self) -> None:
         self.conn.close()
@@ -232,53 +276,71 @@ class RunIndex:
         self.build_id = build[0] if build else ""
 
     def refresh(self) -> bool:
-        """Catch up with a run that is still being written: index the lines appended since the
-        last look (reading from where it stopped, never the whole file again) and any new
-        setting. A file that shrank (a resume quarantined a damaged line) means a rebuild.
-        Returns whether anything new was indexed."""
+        """Catch up with a run that was written since the last look (still being written, or
+        resumed since the index was made): index the lines appended since then, reading each
+        file from where the index stopped (never the whole file again), any new setting, and
+        again the memory of a setting whose memory files changed. A file that shrank (a
+        resume quarantined a damaged line), whose bytes before that point changed (edited,
+        not appended to) or that is gone means a rebuild. Returns whether anything new was
+        indexed."""
         current = _signature(self.run)
         if current == self.signature:
             return False
-        indexed = dict(self.conn.execute("SELECT file, bytes FROM files"))
-        todo = []
-        for directory in setting_dirs(self.run):
-            rel = directory.relative_to(self.run).as_posix()
-            try:
-                size = (directory / EPISODES).stat().st_size
-            except OSError:
-                continue
-            before = indexed.get(rel, 0)
-            if size < before:
+        conn = sqlite3.connect(self.path, timeout=60)
+        try:
+            conn.execute("BEGIN IMMEDIATE")  # one catch-up at a time: another viewer's is waited for, then seen
+            indexed = {f: (b, t, m) for f, b, t, m in conn.execute("SELECT file, bytes, tail, memory FROM files")}
+            todo: list[tuple[Path, int, str]] = []
+            found, rewritten = set(), False
+            for directory in setting_dirs(self.run):
+                rel = directory.relative_to(self.run).as_posix()
+                try:
+                    size = (directory / EPISODES).stat().st_size
+                except OSError:
+                    continue
+                found.add(rel)
+                before, tail, stamp = indexed.get(rel, (0, "", None))
+                if size < before or (before and _tail(directory / EPISODES, before) != tail):
+                    rewritten = True
+                    break
+                memory = _memory_stamp(directory)
+                if size > before or memory != stamp:
+                    todo.append((directory, before, memory))
+            if rewritten or set(indexed) - found:  # rewritten or removed, not appended to: built anew
+                conn.rollback()
+                conn.close()
                 self.conn.close()
                 self._build(current)
                 self._open()
                 return True
-            if size > before or rel not in indexed:
-                todo.append((directory, before))
-        conn = sqlite3.connect(self.path, timeout=30)
-        try:
-            with conn:
-                for directory, before in todo:
-                    self._index_setting(conn, directory, before)
-                conn.execute("UPDATE meta SET value=? WHERE key='signature'", (current,))
+            for directory, before, memory in todo:
+                self._index_setting(conn, directory, before, memory)
+            conn.execute("UPDATE meta SET value=? WHERE key='signature'", (current,))
+            conn.commit()
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.rollback()
+            raise
         finally:
             conn.close()
         self.signature = current
         return bool(todo)
 
     # -- building ---------------------------------------------------------------------
-    def _stored_signature(self) -> str | None:
+    def _usable(self) -> bool:
+        """Whether an index of this version is there to catch up (else: build one)."""
         if not self.path.exists():
-            return None
+            return False
         try:
             conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
             try:
-                row = conn.execute("SELECT value FROM meta WHERE key='signature'").fetchone()
+                meta = dict(conn.execute("SELECT key, value FROM meta"))
+                conn.execute("SELECT file, bytes, tail, memory FROM files LIMIT 1").fetchall()
             finally:
                 conn.close()
         except sqlite3.DatabaseError:
-            return None  # a damaged index is only a cache: rebuild it
-        return row[0] if row else None
+            return False  # a damaged index is only a cache: rebuild it
+        return meta.get("version") == str(INDEX_VERSION) and "signature" in meta
 
     def _build(self, signature: str) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".index.", suffix=".tmp")
@@ -289,8 +351,9 @@ class RunIndex:
             conn.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + _SCHEMA)
             with conn:
                 for directory in setting_dirs(self.run):
-                    self._index_setting(conn, directory)
+                    self._index_setting(conn, directory, 0, _memory_stamp(directory))
                 conn.execute("INSERT INTO meta VALUES ('signature', ?)", (signature,))
+                conn.execute("INSERT INTO meta VALUES ('version', ?)", (str(INDEX_VERSION),))
                 conn.execute("INSERT INTO meta VALUES ('build', ?)", (os.urandom(8).hex(),))
             conn.close()
             os.replace(tmp, self.path)
@@ -298,9 +361,10 @@ class RunIndex:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def _index_setting(self, conn: sqlite3.Connection, directory: Path, start: int = 0) -> None:
+    def _index_setting(self, conn: sqlite3.Connection, directory: Path, start: int, memory: str) -> None:
         """Index the complete lines of a setting's episodes file from byte ``start`` (0: all;
-        later, where the last catch-up stopped), then its memory's provenance and audit."""
+        later, where the last catch-up stopped), then its memory's provenance and audit
+        (``memory``: the stamp of the memory files read, :func:`_memory_stamp`)."""
         rel = directory.relative_to(self.run).as_posix()
         path = directory / EPISODES
         rows, seen, rejected = [], [], []
@@ -338,12 +402,11 @@ class RunIndex:
         conn.executemany("INSERT INTO seen VALUES (?,?,?)",
                          [(row[0], a, first + n) for n, (row, ids) in enumerate(zip(rows, seen, strict=True))
                           for a in ids])
-        conn.execute("INSERT OR REPLACE INTO files VALUES (?, ?)", (rel, end))
+        conn.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", (rel, end, _tail(path, end), memory))
         known = conn.execute("SELECT setting FROM episodes WHERE file=? LIMIT 1", (rel,)).fetchone()
         setting = known[0] if known else rel
         conn.executemany("INSERT INTO rejected VALUES (?, ?)", [(setting, json.dumps(r)) for r in rejected])
-        if rows or start == 0:
-            self._index_memory(conn, directory, setting)
+        self._index_memory(conn, directory, setting)
 
     def _index_memory(self, conn: sqlite3.Connection, directory: Path, setting: str) -> None:
         """A setting's record -> episode links, abstractions and audit (replaced whole: the
