@@ -14,8 +14,10 @@ and keeps each episode's steps in a file of its own, read when it is opened.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import shutil
 import threading
 import time
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ap_gym.protocol.results import EPISODES, run_state
+from ap_gym.protocol.results import EPISODES, run_state, setting_dirs
 from ap_gym.view.app import STATIC
 from ap_gym.view.index import FILTERS, SORTS, RunIndex, curves
 from ap_gym.view.search import SearchIndex
@@ -66,7 +68,8 @@ class Viewer:
         # by RunIndex with its reason when it is not one
         logs_only = [p for p in self.paths if p.is_file() or (not (p / "config.json").exists() and find_logs([p]))]
         self.indexes = [RunIndex(r, rebuild=rebuild) for r in self.paths if r not in logs_only]
-        self._reports: dict[int, dict[str, Any]] = {}
+        self._reports: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._report_locks: dict[int, threading.Lock] = {}
         #: held by every answer and by the catch-up: a rebuild swaps an index's connection
         self.lock = threading.RLock()
         self._search: dict[int, SearchIndex] = {}
@@ -95,7 +98,6 @@ class Viewer:
             with self.lock:
                 if self.indexes[k].refresh():
                     changed = True
-                    self._reports.pop(k, None)
             search = self.search_index(k)
             search.catch_up(None if search_batches is None else search_batches * search.batch)
         return changed
@@ -192,18 +194,77 @@ class Viewer:
 
     def report(self, k: int) -> dict[str, Any]:
         """The tables of ``ap-gym report`` for this run (the same :class:`~ap_gym.report.Table`
-        objects, computed once and kept while the viewer runs)."""
-        run = self.index(k).run  # a run deleted meanwhile is said to be gone, even with its tables kept
-        if k not in self._reports:
-            from ap_gym.report import collect, reading_notes, report_tables
+        objects), computed once per state of the run and kept beside its index
+        (``report.json``): they read every episode, seconds on a large run, so every later
+        open reuses them. Computed outside the viewer's lock: the other pages answer while
+        it runs (a 100k-episode run's report held every page for 20 s)."""
+        ix = self.index(k)  # a run deleted meanwhile is said to be gone, even with its tables kept
+        with self.lock:
+            lock = self._report_locks.setdefault(k, threading.Lock())
+        with lock:
+            key = _report_key(ix)
+            kept = self._reports.get(k)
+            if kept is not None and kept[0] == key:
+                return kept[1]
+            path = ix.path.with_name("report.json")
+            tables = _read_report(path, key)
+            if tables is None:
+                tables = _report(ix.run)
+                _write_report(path, key, tables)
+            self._reports[k] = (key, tables)
+            return tables
 
-            tables = report_tables(collect([run]))
-            # the notes too: without them the viewer's copy showed †, ‡ and § unexplained (issue 43)
-            self._reports[k] = {"notes": reading_notes(),
-                                "tables": [{"name": t.name, "title": t.title, "header": t.header, "intro": t.intro,
-                                            "rows": [[_cell(v) for v in row] for row in t.rows]}
-                                           for t in tables if t.header]}
-        return self._reports[k]
+
+def _report(run: Path) -> dict[str, Any]:
+    from ap_gym.report import collect, reading_notes, report_tables
+
+    tables = report_tables(collect([run]))
+    # the notes too: without them the viewer's copy showed †, ‡ and § unexplained (issue 43)
+    return {"notes": reading_notes(),
+            "tables": [{"name": t.name, "title": t.title, "header": t.header, "intro": t.intro,
+                        "rows": [[_cell(v) for v in row] for row in t.rows]} for t in tables if t.header]}
+
+
+def _report_key(ix: RunIndex) -> str:
+    """What a kept report was computed from: the run's files (the index's signature, and every
+    setting's memory files: the audit reads the recorded worlds too) and the code that reads
+    them (the report's modules and the results reader: a changed ap-gym computes it anew)."""
+    import hashlib
+
+    import ap_gym.protocol.results as results
+    import ap_gym.report as report
+    from ap_gym.view.index import _memory_stamp
+
+    parts = [ix.signature]
+    parts += [f"{d.relative_to(ix.run).as_posix()}|{_memory_stamp(d)}" for d in setting_dirs(ix.run)]
+    for source in [*sorted(Path(report.__file__).parent.glob("*.py")), Path(results.__file__)]:
+        with contextlib.suppress(OSError):
+            st = source.stat()
+            parts.append(f"{source.name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _read_report(path: Path, key: str) -> dict[str, Any] | None:
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return kept.get("tables") if isinstance(kept, dict) and kept.get("key") == key else None
+
+
+def _write_report(path: Path, key: str, tables: dict[str, Any]) -> None:
+    """Kept whole or not at all (a temporary file swapped in); a cache that cannot be written
+    costs the next open its time, nothing else."""
+    from ap_gym.paths import umask_mode
+
+    tmp = path.with_name(f".report.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_text(json.dumps({"key": key, "tables": tables}))
+        os.chmod(tmp, umask_mode())
+        os.replace(tmp, path)
+    except OSError as e:
+        log.info("ap-gym view: the report of %s is not kept (%s)", path.parent, e)
+        tmp.unlink(missing_ok=True)
 
 
 _MISSING = object()
@@ -329,13 +390,13 @@ SEARCH_CHARS = 40_000_000
 
 def _search_documents(ix: RunIndex) -> dict[str, Any]:
     """The documents the page's search (MiniSearch) indexes: those of the server's search."""
-    from ap_gym.view.search import _documents
+    from ap_gym.view.search import documents_at
 
     docs: list[tuple[str, int, int, str]] = []
     chars = indexed = 0
     total = ix.conn.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
     for episode_id, file, offset, length in ix.conn.execute("SELECT id, file, offset, length FROM episodes ORDER BY id"):
-        found = _documents(ix.run / file / EPISODES, episode_id, offset, length)
+        found = documents_at(ix.run / file / EPISODES, episode_id, offset, length)
         chars += sum(len(d[0]) for d in found)
         if chars > SEARCH_CHARS:
             break

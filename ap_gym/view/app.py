@@ -123,7 +123,7 @@ def _run_routes(app: FastAPI, viewer: Viewer, answer: Any) -> None:
 
     @app.get("/api/run/{k}/report")
     def report(k: int) -> Any:
-        return answer(viewer.report, k)
+        return _answer(viewer.report, k)  # its own lock: the other pages answer while it is computed
 
     @app.get("/api/run/{k}/provenance")
     def provenance(k: int) -> Any:
