@@ -12,13 +12,16 @@ answers from what it holds and says how far it got.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
-from ap_gym.protocol.results import EPISODES, DamagedLine, read_at
+import msgspec
+
+from ap_gym.protocol.results import EPISODES, SCHEMA_VERSION, DamagedLine, SchemaError, parse_line
 
 __all__ = ["SearchIndex"]
 
@@ -97,8 +100,18 @@ class SearchIndex:
                 if not rows:
                     break
                 docs: list[tuple[str, int, int, str]] = []
-                for r in rows:
-                    docs += _documents(self.index.run / r["file"] / EPISODES, r["id"], r["offset"], r["length"])
+                with contextlib.ExitStack() as files:
+                    handles: dict[str, Any] = {}
+                    for r in rows:
+                        f = handles.get(r["file"])
+                        if f is None:
+                            try:
+                                f = handles[r["file"]] = files.enter_context(
+                                    open(self.index.run / r["file"] / EPISODES, "rb"))  # noqa: SIM115
+                            except OSError:
+                                continue  # a setting gone since it was indexed: nothing to search in it
+                        f.seek(r["offset"])
+                        docs += _documents(f.read(r["length"]), r["id"])
                 with self._write:
                     self._write.executemany("INSERT INTO docs (text, episode, step, field) VALUES (?,?,?,?)", docs)
                     self._write.execute("INSERT OR REPLACE INTO meta VALUES ('last', ?)", (str(rows[-1]["id"]),))
@@ -134,11 +147,63 @@ class SearchIndex:
                 self._read.close()
 
 
-def _documents(path: Path, episode: int, offset: int, length: int) -> list[tuple[str, int, int, str]]:
-    """An episode line's searchable texts: (text, episode, step, field)."""
+def documents_at(path: Path, episode: int, offset: int, length: int) -> list[tuple[str, int, int, str]]:
+    """The searchable texts of the episode line at ``offset`` of ``path`` (none when it
+    cannot be read)."""
     try:
-        line = read_at(path, offset, length)
-    except (OSError, DamagedLine):
+        with open(path, "rb") as f:
+            f.seek(offset)
+            raw = f.read(length)
+    except OSError:
+        return []
+    return _documents(raw, episode)
+
+
+class _Message(msgspec.Struct):
+    role: Any
+    content: Any
+
+
+class _Trace(msgspec.Struct):
+    candidates: list[tuple[Any, float]] | None = None
+    messages: list[_Message] | None = None
+
+
+class _Step(msgspec.Struct):
+    action: str
+    observation: str
+    reward: float
+    seconds: float | None = None
+    trace: _Trace | None = None
+
+
+class _Info(msgspec.Struct):
+    guidance: Any = None
+
+
+class _Head(msgspec.Struct):
+    instruction: str = ""
+    policy_info: _Info | None = None
+
+
+class _Line(msgspec.Struct):
+    schema: int
+    head: _Head
+    steps: list[_Step]
+
+
+#: The fast reader's types: only what a document needs, each typed so that whatever the full
+#: parse (:func:`~ap_gym.protocol.results.parse_line`) would refuse, it refuses too (then the
+#: full parse decides). Fields it does not name are skipped, not built.
+_FAST = msgspec.json.Decoder(_Line)
+
+
+def _documents_full(raw: bytes, episode: int) -> list[tuple[str, int, int, str]]:
+    """An episode line's searchable texts, ``(text, episode, step, field)``, through the full
+    parse (the reference the fast reader must agree with)."""
+    try:
+        line = parse_line(raw)
+    except (DamagedLine, SchemaError):
         return []
     h = line.header
     out = [(h.instruction[:MAX_CHARS], episode, -1, "instruction")]
@@ -146,5 +211,27 @@ def _documents(path: Path, episode: int, offset: int, length: int) -> list[tuple
     if isinstance(guidance, str) and guidance:
         out.append((guidance[:MAX_CHARS], episode, -1, "guidance"))
     for n, step in enumerate(line.steps):
+        out.append((f"{step.action}\n{step.observation[:MAX_CHARS]}", episode, n, "step"))
+    return [d for d in out if d[0].strip()]
+
+
+def _documents(raw: bytes, episode: int) -> list[tuple[str, int, int, str]]:
+    """The same texts as :func:`_documents_full`, read by typed decoding of only the fields
+    they come from; a line of another schema, or one whose fields are not what the current
+    schema writes, goes to the full parse (tests hold the two equal on damaged lines too).
+
+    Only for lines whose head the run index accepted (every line search reads is one of its
+    episodes): the head's own checks were made there and are not repeated here."""
+    try:
+        x = _FAST.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _documents_full(raw, episode)
+    if x.schema != SCHEMA_VERSION:
+        return _documents_full(raw, episode)
+    info = x.head.policy_info
+    out = [(x.head.instruction[:MAX_CHARS], episode, -1, "instruction")]
+    if info is not None and isinstance(info.guidance, str) and info.guidance:
+        out.append((info.guidance[:MAX_CHARS], episode, -1, "guidance"))
+    for n, step in enumerate(x.steps):
         out.append((f"{step.action}\n{step.observation[:MAX_CHARS]}", episode, n, "step"))
     return [d for d in out if d[0].strip()]
