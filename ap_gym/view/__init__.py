@@ -70,6 +70,7 @@ class Viewer:
         self.indexes = [RunIndex(r, rebuild=rebuild) for r in self.paths if r not in logs_only]
         self._reports: dict[int, tuple[str, dict[str, Any]]] = {}
         self._report_locks: dict[int, threading.Lock] = {}
+        self._overviews: dict[int, tuple[str, dict[str, Any]]] = {}
         #: held by every answer and by the catch-up: a rebuild swaps an index's connection
         self.lock = threading.RLock()
         self._search: dict[int, SearchIndex] = {}
@@ -81,11 +82,15 @@ class Viewer:
 
     def _follow(self, poll_s: float) -> None:
         while not self._stop.is_set():
+            behind = False
             try:
                 self.catch_up(search_batches=1)
+                # a search index still reading a run goes on at once (a batch at a time, so that a
+                # request waits at most one batch); one that is complete waits for the next poll
+                behind = any(not s.status()["ready"] for s in list(self._search.values()))
             except Exception as e:  # a damaged file mid-write: said, and tried again next time
                 log.warning("ap-gym view: catching up failed (%s); trying again", e)
-            self._stop.wait(poll_s)
+            self._stop.wait(0.01 if behind else poll_s)
 
     def catch_up(self, search_batches: int | None = None) -> bool:
         """Index what the runs wrote since the last look, then extend the search index (by
@@ -187,10 +192,17 @@ class Viewer:
         return out
 
     def overview(self, k: int) -> dict[str, Any]:
+        """Settings, curves, costs and filter values: aggregates over every episode, computed
+        once per state of the run (the Runs and Episodes pages both open with them)."""
         ix = self.index(k)
+        kept = self._overviews.get(k)
+        if kept is not None and kept[0] == ix.signature:
+            return kept[1]
         settings = ix.settings()
-        return {"settings": settings, "curves": curves(settings), "spent": ix.spent(), "facets": ix.facets(),
-                "filters": list(FILTERS), "sorts": list(SORTS)}
+        out = {"settings": settings, "curves": curves(settings), "spent": ix.spent(), "facets": ix.facets(),
+               "filters": list(FILTERS), "sorts": list(SORTS)}
+        self._overviews[k] = (ix.signature, out)
+        return out
 
     def report(self, k: int) -> dict[str, Any]:
         """The tables of ``ap-gym report`` for this run (the same :class:`~ap_gym.report.Table`

@@ -228,3 +228,24 @@ def test_the_search_index_reads_every_episode(view_run, tmp_path):
         expected += len(search_module.documents_at(run / r["file"] / EPISODES, r["id"], r["offset"], r["length"]))
     assert stored == expected > total
     viewer.close()
+
+
+def test_a_live_viewer_reads_a_run_into_search_without_a_poll_between_batches(view_run, tmp_path, monkeypatch):
+    """The search index was extended by one batch per poll (2,000 episodes every 2 s: 100 s
+    for a 100k-episode run before search was ready); batches now follow one another."""
+    import time
+
+    from ap_gym.view.search import SearchIndex
+
+    monkeypatch.setattr(SearchIndex.__init__, "__defaults__", (2,))  # two episodes a batch: many batches
+    run = _copy(view_run, tmp_path)
+    viewer = Viewer([run], live=True, poll_s=3600)  # a poll per batch would never finish here
+    try:
+        for _ in range(1200):
+            if 0 in viewer._search and viewer._search[0].status()["ready"]:
+                break
+            time.sleep(0.1)
+        status = viewer.search_index(0).status()
+        assert status["ready"] and status["indexed"] > 20, status
+    finally:
+        viewer.close()
