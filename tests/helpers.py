@@ -81,13 +81,19 @@ def eval_results(run_dir: Path) -> dict:
             for x in load_episodes(run_dir) if x.header.phase == "eval"}
 
 
-def _kill_when(path: Path, proc: subprocess.Popen, predicate, timeout: float = 240,
+def _kill_when(path: Path, proc: subprocess.Popen, predicate, stalled_s: float = 900,
                sig: int = signal.SIGKILL) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+    """Send ``sig`` once ``predicate`` holds of the run's episode lines. No deadline while the
+    run goes on (a busy machine made a fixed 240 s too short for a Ray run): the run ends by
+    itself, and only a run whose results file has not changed for ``stalled_s`` is a failure."""
+    seen, changed = None, time.monotonic()
+    while True:
         if path.exists():
             from ap_gym.protocol.results import parse_line
 
+            st = path.stat()
+            if (st.st_size, st.st_mtime_ns) != seen:
+                seen, changed = (st.st_size, st.st_mtime_ns), time.monotonic()
             lines = [parse_line(x) for x in path.read_text().splitlines() if x.strip().endswith("}")]
             if predicate(lines):
                 os.kill(proc.pid, sig)
@@ -95,9 +101,10 @@ def _kill_when(path: Path, proc: subprocess.Popen, predicate, timeout: float = 2
                 return
         if proc.poll() is not None:
             raise AssertionError("the run finished before it could be killed")
+        if time.monotonic() - changed > stalled_s:
+            proc.kill()
+            raise AssertionError(f"the run wrote nothing for {stalled_s:.0f} s before its kill point: stalled")
         time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("timed out waiting for the kill point")
 
 
 def stop_run(tmp_path: Path, data: dict, kill_at, sig: int = signal.SIGKILL) -> tuple[subprocess.Popen, list[str]]:
