@@ -221,10 +221,41 @@ class Viewer:
             path = ix.path.with_name("report.json")
             tables = _read_report(path, key)
             if tables is None:
-                tables = _report(ix.run)
+                episodes = ix.conn.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
+                tables = _report_elsewhere(ix.run) if episodes >= REPORT_CHILD_EPISODES else _report(ix.run)
                 _write_report(path, key, tables)
             self._reports[k] = (key, tables)
             return tables
+
+
+#: Runs of at least this many episodes have their report computed in a child process: it
+#: reads every episode (20 s for 100k), and in the viewer's process it held the GIL from the
+#: pages (a filtered episodes page took 1.9 s instead of 0.2 s meanwhile).
+REPORT_CHILD_EPISODES = 5000
+
+
+def _report_elsewhere(run: Path) -> dict[str, Any]:
+    """:func:`_report` in a child process (:class:`~ap_gym.processes.Child`: dies with this one)."""
+    from ap_gym.processes import Child
+
+    child = Child(_report_child, str(run), name="ap-gym view report")
+    try:
+        status, value = child.conn.recv()
+    except (EOFError, OSError):
+        raise RuntimeError(f"the process computing the report of {run} died (exit code {child.exitcode}); "
+                           "ap-gym report <run> computes the same tables and says why") from None
+    finally:
+        child.stop()
+    if status != "ok":
+        raise RuntimeError(f"computing the report of {run} failed: {value}")
+    return value
+
+
+def _report_child(conn: Any, run: str) -> None:
+    try:
+        conn.send(("ok", _report(Path(run))))
+    except Exception as e:  # said to the parent, which raises it where the report was asked for
+        conn.send(("error", f"{type(e).__name__}: {e}"))
 
 
 def _report(run: Path) -> dict[str, Any]:
@@ -372,8 +403,9 @@ def _put(path: Path, key: str, payload: Any) -> None:
 
 #: A bundle packs episodes into files of at least CHUNK_MIN episodes and at most
 #: MAX_CHUNKS files in all: with a run's pages, assets and its own five files, a bundle of
-#: one run of any size stays under 50 files (with 40 chunks a 100k-episode run had 55).
-CHUNK_MIN, MAX_CHUNKS = 500, 32
+#: one run of any size stays under 50 files (with 40 chunks a 100k-episode run had 55; with
+#: 32, once search and its library joined the bundle, 51).
+CHUNK_MIN, MAX_CHUNKS = 500, 28
 
 
 def _write_chunks(ix: RunIndex, base: Path, k: int, chunk: int) -> None:

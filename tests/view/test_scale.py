@@ -249,3 +249,13 @@ def test_a_live_viewer_reads_a_run_into_search_without_a_poll_between_batches(vi
         assert status["ready"] and status["indexed"] > 20, status
     finally:
         viewer.close()
+
+
+def test_a_large_runs_report_is_computed_in_a_child_and_is_the_same(view_run, tmp_path, monkeypatch):
+    """The child process (which keeps the report's parsing off the pages' GIL) gives the very
+    tables the viewer's own process gives."""
+    import ap_gym.view as view
+
+    run = _copy(view_run, tmp_path)
+    monkeypatch.setattr(view, "REPORT_CHILD_EPISODES", 0)
+    assert Viewer([run]).report(0) == json.loads(json.dumps(view._report(run)))
