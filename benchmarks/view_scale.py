@@ -258,8 +258,7 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     rows = [(name, spread(values)) for name, values in times.items()]
-    lines = [f"`python benchmarks/view_scale.py --episodes {args.episodes} --repeats {args.repeats}`: a synthetic run "
-             f"of {episodes:,} episodes ({size / 2**20:.0f} MiB of JSONL, 20 settings, 10 steps each; "
+    lines = [f"A synthetic run of {episodes:,} episodes ({size / 2**20:.0f} MiB of JSONL, 20 settings, 10 steps each; "
              f"{args.grow:,} appended before each 'grew' open), opened in Chromium {chromium_version(args.chromium)} "
              f"through Playwright; seconds, median (min-max) of {args.repeats}.", "", "| what | seconds |", "|---|---|"]
     lines += [f"| {name} | {s} |" for name, s in rows]
