@@ -48,7 +48,7 @@ def test_a_finished_or_killed_run_with_two_workers_leaves_no_orphans(tmp_path):
     # a run that ends by itself (as make demo's does): its workers' game helpers end with it
     done = subprocess.Popen([sys.executable, "-m", "ap_gym.cli", "run", str(tmp_path / "cfg.yaml"), "--name", "done"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    assert done.wait(600) == 0
+    assert done.wait() == 0  # it ends by itself: no wall-clock bound (a busy machine is only slower)
     left = _wait_gone(done.pid, 15)
     assert not left, f"processes outlived the finished run: {left}"
     # a run killed while its workers generate games
@@ -56,9 +56,11 @@ def test_a_finished_or_killed_run_with_two_workers_leaves_no_orphans(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ap_gym.cli", "run", str(tmp_path / "cfg.yaml")], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     session = proc.pid
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:  # until the workers (and their helpers) are up
-        children = psutil.Process(proc.pid).children(recursive=True) if psutil.pid_exists(proc.pid) else []
+    while proc.poll() is None:  # until the workers (and their helpers) are up, however long that takes here
+        try:
+            children = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            break
         if len(children) >= 3:
             break
         time.sleep(0.5)

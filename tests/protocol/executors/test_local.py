@@ -75,9 +75,8 @@ def test_worker_processes_die_with_a_killed_driver(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ap_gym.cli", "run", str(cfg)],
                             env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 120
     workers: list[int] = []
-    while time.time() < deadline and len(workers) < 2:
+    while proc.poll() is None and len(workers) < 2:  # no wall-clock bound on the start: the run ends by itself
         workers = [p for p in _children(proc.pid) if _cmdline(p).endswith("ap-gym-worker\0")]
         time.sleep(0.2)
     assert len(workers) >= 2, "the run never started its worker processes"
