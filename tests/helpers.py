@@ -223,3 +223,12 @@ def register_dial() -> str:
     if "test_vector/Dial-v0" not in gym.registry:
         gym.register("test_vector/Dial-v0", entry_point=Dial, max_episode_steps=20)
     return "test_vector/Dial-v0"
+
+
+def copy_run(run: Path, tmp_path: Path, name: str = "run") -> Path:
+    """A copy of ``run`` under ``tmp_path`` without its view index (a test may change it)."""
+    import shutil
+
+    out = tmp_path / name
+    shutil.copytree(run, out, ignore=shutil.ignore_patterns(".view"))
+    return out

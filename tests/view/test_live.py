@@ -12,12 +12,9 @@ from fastapi.testclient import TestClient
 from ap_gym.protocol.loop import mark_running
 from ap_gym.protocol.results import load_episodes, run_state
 from ap_gym.view import Viewer, create_app
+from tests.helpers import copy_run
 
-
-def _copy(view_run, tmp_path, name="run"):
-    run = tmp_path / name
-    shutil.copytree(view_run, run, ignore=shutil.ignore_patterns(".view"))
-    return run
+_copy = copy_run
 
 
 def test_new_episodes_appear_without_a_restart_and_only_the_tail_is_read(view_run, tmp_path):

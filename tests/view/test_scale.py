@@ -5,7 +5,6 @@ and the search index's fast reader, which must agree with the full parse it repl
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 
 import pytest
@@ -15,6 +14,7 @@ from ap_gym.view import Viewer, create_app
 from ap_gym.view import search as search_module
 from ap_gym.view.index import RunIndex
 from ap_gym.view.search import _documents, _documents_full
+from tests.helpers import copy_run
 
 
 def _rows(ix):
@@ -22,10 +22,7 @@ def _rows(ix):
     return sorted(json.dumps({k: v for k, v in r.items() if k != "id"}, sort_keys=True) for r in ix.all_rows())
 
 
-def _copy(view_run, tmp_path, name="run"):
-    run = tmp_path / name
-    shutil.copytree(view_run, run, ignore=shutil.ignore_patterns(".view"))
-    return run
+_copy = copy_run
 
 
 def test_an_index_is_caught_up_not_rebuilt_when_the_run_grew(view_run, tmp_path):
