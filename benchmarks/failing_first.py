@@ -166,6 +166,9 @@ FIXES = (
         "tests/test_cli.py::test_ctrl_c_ends_a_command_with_one_line_and_no_traceback",
         "tests/test_bad_sizes.py",
         "tests/protocol/test_imports.py")),
+    Fix("42: 10", "Ray workers at the driver's priority on a busy machine", "36ddb0c^", "36ddb0c", (
+        "tests/protocol/executors/test_ray.py::test_a_local_instance_runs_its_workers_at_the_drivers_niceness",
+        "tests/protocol/executors/test_ray.py::test_a_cluster_whose_workers_run_at_a_lower_priority_is_named")),
 )
 
 API_ABSENT = re.compile(
