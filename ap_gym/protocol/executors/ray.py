@@ -10,9 +10,9 @@ writing its own results. A local Ray instance binds to 127.0.0.1 only.
 Ray starts its workers at niceness 15 (its ``worker_niceness``), to keep its own daemons
 responsive. Here all the work is in the workers, so on a machine with anything else to do
 they get a sliver of the CPU: under a 4-process CPU hog they had ~6% of a core, and the
-test suite's two Ray runs took 1443 s and 1655 s. A local instance starts them at the driver's niceness (unless
-``RAY_worker_niceness`` is set); a cluster's workers run at what the cluster was started
-with, and the driver warns when that is lower priority than its own.
+test suite's two Ray runs took 1443 s and 1655 s. A local instance starts them at the
+driver's niceness (unless ``RAY_worker_niceness`` is set); a cluster's workers run at what
+the cluster was started with, and the driver warns when that is lower priority than its own.
 """
 
 from __future__ import annotations
