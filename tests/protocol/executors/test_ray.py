@@ -29,7 +29,9 @@ def ray_cluster(tmp_path_factory):
     port = 6390 + os.getpid() % 500
     # loopback only, and no auth token: a throwaway single-machine cluster
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    # Ray's own worker priority (what a user's `ray start` gives), whatever this shell has set
+    inherited = {k: v for k, v in os.environ.items() if k != "RAY_worker_niceness"}
+    env = {**inherited, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     subprocess.run([ray_bin, "start", "--head", "--num-cpus=2", f"--port={port}", "--include-dashboard=false",
                     "--node-ip-address=127.0.0.1",
                     f"--temp-dir={tmp}", "--disable-usage-stats"], env=env, check=True,
