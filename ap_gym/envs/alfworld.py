@@ -43,6 +43,7 @@ from ap_gym.envs.alfworld_gen import (
     ensure_alfworld_game,
     game_cached,
     generate_alfworld_game,
+    held_out_goals,
     scenes,
 )
 from ap_gym.envs.base import SPLITS, StartResult, StepResult, TextEnv
@@ -52,7 +53,7 @@ from ap_gym.errors import APGymError, EnvInfrastructureError
 from ap_gym.text import Grammar
 from ap_gym.types import WorldFacts
 
-__all__ = ["HELDOUT_COUNTS", "TRAIN_COUNTS", "ALFWorldEnv", "alfworld_suite"]
+__all__ = ["HELDOUT_COUNTS", "HELDOUT_SEED_BASE", "TRAIN_COUNTS", "ALFWorldEnv", "alfworld_suite"]
 
 HELDOUT_COUNTS = {"pick_and_place_simple": 24, "pick_clean_then_place_in_recep": 31,
                   "pick_heat_then_place_in_recep": 23, "pick_cool_then_place_in_recep": 21,
@@ -75,9 +76,20 @@ def _hosts(task_type: str, scene: dict[str, Any]) -> bool:
     return True
 
 
+#: The held-out games' seeds start here (10_000 before their goals were fixed: a cache of
+#: those games is never mistaken for these).
+HELDOUT_SEED_BASE = 30_000
+
+
 @cache
 def alfworld_suite(seed: int = SPLIT_SEED) -> dict[str, list[AlfGameSpec]]:
-    """The generated suite: held-out games on unseen scenes, training games on the rest."""
+    """The generated suite: held-out games on unseen scenes, training games on the rest.
+
+    Held-out games never share a scene and a goal (task type, object and receptacle or
+    lamp): each scene's goals are dealt out without repeats, so a held-out success rate
+    counts distinct tasks, not one task and its twins that differ only by where objects
+    lie. Training games draw their goals from their seeds (duplicates there are more data).
+    """
     rng = random.Random(seed)
     available = scenes()
     unseen = {s for room in ROOMS.values() for s in rng.sample([s for s in room if s in available], 3)}
@@ -87,8 +99,23 @@ def alfworld_suite(seed: int = SPLIT_SEED) -> dict[str, list[AlfGameSpec]]:
         for task_type in TASK_TYPES:
             hosts = [s for s in pool if _hosts(task_type, available[s])]
             rng.shuffle(hosts)
-            suite[split] += [AlfGameSpec(task_type, hosts[i % len(hosts)], (1 if split == "test" else 2) * 10_000 + i)
-                             for i in range(counts[task_type])]
+            if split == "train":
+                suite[split] += [AlfGameSpec(task_type, hosts[i % len(hosts)], 20_000 + i)
+                                 for i in range(counts[task_type])]
+                continue
+            goals = {s: held_out_goals(task_type, available[s]) for s in hosts}
+            for s in hosts:
+                random.Random(f"{seed}|{task_type}|{s}").shuffle(goals[s])
+            made, turn = 0, 0
+            while made < counts[task_type]:
+                scene = hosts[turn % len(hosts)]
+                turn += 1
+                if goals[scene]:
+                    suite[split].append(AlfGameSpec(task_type, scene, HELDOUT_SEED_BASE + made, goals[scene].pop()))
+                    made += 1
+                elif not any(goals.values()):
+                    raise RuntimeError(f"the unseen scenes offer only {made} distinct {task_type} goals; "
+                                       f"{counts[task_type]} were asked for")
     return suite
 
 

@@ -30,7 +30,8 @@ from typing import Any
 from ap_gym.envs.isolated import isolated
 from ap_gym.paths import cache_dir, publish_dir
 
-__all__ = ["TASK_TYPES", "AlfGameSpec", "ensure_alfworld_game", "game_cached", "generate_alfworld_game", "scenes"]
+__all__ = ["TASK_TYPES", "AlfGameSpec", "ensure_alfworld_game", "game_cached", "generate_alfworld_game",
+           "held_out_goals", "scenes"]
 
 TASK_TYPES = (
     "pick_and_place_simple",
@@ -87,11 +88,18 @@ def scenes() -> dict[int, dict[str, Any]]:
 
 @dataclass(frozen=True)
 class AlfGameSpec:
-    """One generated game: task type, scene and seed."""
+    """One generated game: task type, scene and seed, and optionally its goal.
+
+    ``goal`` fixes the task's object and the receptacle type it must end in (or, for
+    ``look_at_obj_in_light``, the lamp type): the held-out suite assigns it so that no two
+    held-out games share a scene and a goal (such twins differ only by where the objects
+    lie, and count one task twice). ``None`` (the training games) lets the seed draw it.
+    """
 
     task_type: str
     scene: int
     seed: int
+    goal: tuple[str, str] | None = None
 
     @property
     def task_id(self) -> str:
@@ -144,25 +152,54 @@ def build_game(spec: AlfGameSpec) -> dict[str, Any] | None:
 def _target(spec: AlfGameSpec, rng: random.Random, constants: Any, scene: dict[str, Any]
             ) -> tuple[str, str, str] | None:
     """The task's object, the receptacle type to put it in, and the lamp (look tasks)."""
-    rtypes = {t for t, _ in scene["receptacles"]}
-    holds = constants.VAL_RECEPTACLE_OBJECTS
-    need = _NEEDS.get(spec.task_type)
-    if need and need not in rtypes:
-        return None
-    pool = [o for o in scene["objects"] if any(o in holds.get(t, set()) for t in rtypes)]
-    if spec.task_type in _ACTION:
-        pool = [o for o in pool if o in constants.VAL_ACTION_OBJECTS[_ACTION[spec.task_type]]]
     lamps = [o for o in scene["objects"] if o in ("DeskLamp", "FloorLamp")]
     if spec.task_type == "look_at_obj_in_light" and not lamps:
         return None
-    # the target receptacle type must hold the object and not be the state-change appliance
-    choices = [(o, t) for o in pool for t in sorted(rtypes - constants.MOVABLE_RECEPTACLES_SET)
-               if o in holds.get(t, set()) and t != need and t not in ("SinkBasin", "BathtubBasin")]
+    choices = goal_choices(spec.task_type, scene, constants)
+    if spec.goal is not None:  # fixed by the suite (held-out games): the lamp is the goal's second part
+        obj, second = spec.goal
+        if spec.task_type == "look_at_obj_in_light":
+            return (obj, next(t for o, t in choices if o == obj), second) if second in lamps and \
+                any(o == obj for o, _ in choices) else None
+        return (obj, second, "") if (obj, second) in choices else None
     if not choices:
         return None
     obj, parent = rng.choice(sorted(choices))
     toggle = rng.choice(lamps) if spec.task_type == "look_at_obj_in_light" else ""
     return obj, parent, toggle
+
+
+def goal_choices(task_type: str, scene: dict[str, Any], constants: Any) -> list[tuple[str, str]]:
+    """Every (object type, receptacle type) a game of ``task_type`` in ``scene`` can ask for:
+    an object the scene has (one the task's appliance can change), and a receptacle type of
+    the scene that holds it and is not that appliance."""
+    rtypes = {t for t, _ in scene["receptacles"]}
+    holds = constants.VAL_RECEPTACLE_OBJECTS
+    need = _NEEDS.get(task_type)
+    if need and need not in rtypes:
+        return []
+    pool = [o for o in scene["objects"] if any(o in holds.get(t, set()) for t in rtypes)]
+    if task_type in _ACTION:
+        pool = [o for o in pool if o in constants.VAL_ACTION_OBJECTS[_ACTION[task_type]]]
+    # the target receptacle type must hold the object and not be the state-change appliance
+    return sorted((o, t) for o in pool for t in sorted(rtypes - constants.MOVABLE_RECEPTACLES_SET)
+                  if o in holds.get(t, set()) and t != need and t not in ("SinkBasin", "BathtubBasin"))
+
+
+def held_out_goals(task_type: str, scene: dict[str, Any]) -> list[tuple[str, str]]:
+    """The goals a held-out game of ``task_type`` in ``scene`` can be given (see
+    :class:`AlfGameSpec`): (object, receptacle type), or (object, lamp type) for look tasks."""
+    constants, *_ = _alfworld()
+    holds = constants.VAL_RECEPTACLE_OBJECTS
+    fixed = set(constants.RECEPTACLES) - constants.MOVABLE_RECEPTACLES_SET
+    rtypes = {t for t, _ in scene["receptacles"]} & fixed
+    # the object must start somewhere other than the goal's receptacle type (else the goal is met at the start)
+    choices = [(o, t) for o, t in goal_choices(task_type, scene, constants)
+               if any(o in holds.get(r, set()) and r != t for r in rtypes)]
+    if task_type == "look_at_obj_in_light":
+        lamps = sorted({o for o in scene["objects"] if o in ("DeskLamp", "FloorLamp")})
+        return sorted({(o, lamp) for o, _ in choices for lamp in lamps})
+    return choices
 
 
 def _world(spec: AlfGameSpec, rng: random.Random, constants: Any, scene: dict[str, Any], obj: str, parent: str,
@@ -261,7 +298,8 @@ def _complete(final: Path) -> bool:
 
 
 def _cached(spec: AlfGameSpec) -> tuple[Path, bool]:
-    final = cache_dir("alfworld", f"games-v{GENERATOR_VERSION}") / spec.task_id.replace("/", "__")
+    name = spec.task_id.replace("/", "__") + (f"__{spec.goal[0]}-{spec.goal[1]}" if spec.goal else "")
+    final = cache_dir("alfworld", f"games-v{GENERATOR_VERSION}") / name  # a goal is part of the game's name
     return final / "game.tw-pddl", _complete(final)
 
 
@@ -292,7 +330,7 @@ def generate_alfworld_game(spec: AlfGameSpec, attempts: int = 20) -> Path:
         return game
     final = game.parent
     for attempt in range(attempts):
-        candidate = AlfGameSpec(spec.task_type, spec.scene, spec.seed * 1000 + attempt)
+        candidate = AlfGameSpec(spec.task_type, spec.scene, spec.seed * 1000 + attempt, spec.goal)
         built = build_game(candidate)
         if built is None:
             continue

@@ -24,6 +24,16 @@ def test_suite_shape_and_unseen_scenes():
     assert alfworld_suite() == suite
 
 
+def test_held_out_games_have_no_twins():
+    """No two held-out games share a scene and a goal (twins differ only by where objects lie
+    and would count one task twice); training games keep the goals their seeds draw."""
+    suite = alfworld_suite()
+    keys = [(g.scene, g.task_type, g.goal) for g in suite["test"]]
+    assert all(g.goal is not None for g in suite["test"]) and len(set(keys)) == len(keys)
+    assert all(g.goal is None for g in suite["train"])
+    assert suite["train"][0].task_id == "pick_and_place_simple/FloorPlan4/s20000"  # the audit's labelled set uses it
+
+
 @pytest.mark.parametrize(
     ("action", "expected"),
     [("put mug 1 in/on coffeemachine 1", "move mug 1 to coffeemachine 1"),
@@ -47,10 +57,12 @@ def one_per_type(env):
 
 
 def test_expert_wins_one_game_of_each_type_and_old_syntax_works(alf_env):
+    specs = {g.task_id: g for g in alfworld_suite()["test"]}
     for task_id in one_per_type(alf_env):
         ep = ap_gym.run_episode(alf_env, WalkthroughPolicy(), task_id=task_id)
         assert ep.success and ep.task_family == task_id.split("/")[0], task_id
         assert ep.instruction and ep.num_steps <= 50
+        assert specs[task_id].goal[0].lower() in ep.instruction.replace(" ", "")  # the game asks its goal
     # the same plan with ALFWorld's old 'put X in/on Y' wins too
     task_id = one_per_type(alf_env)[0]
     obs, info = alf_env.reset(options={"task_id": task_id, "walkthrough": True})
