@@ -33,6 +33,7 @@ from ap_gym.policies.registry import (
     register_policy,
     spec_of,
 )
+from ap_gym.policies.rules import ExploreRule, HouseholdRule
 from ap_gym.policies.simple import RandomPolicy, WalkthroughPolicy
 from ap_gym.policies.trajectory import TrajectoryDesign, TrajectoryMemory
 
@@ -50,6 +51,8 @@ __all__ = [
     "BasePolicy",
     "Composite",
     "Design",
+    "ExploreRule",
+    "HouseholdRule",
     "JointDesign",
     "JointMemory",
     "MemoryConfig",
