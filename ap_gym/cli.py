@@ -1,6 +1,7 @@
 """``ap-gym``: a thin command line over the public API.
 
-Commands: ``run`` (the protocol from a config), ``report`` (tables, plots, statistics,
+Commands: ``run`` (the protocol from a config), ``train`` (supervised fine-tuning on expert
+demonstrations, then GRPO / ReBN / GiGPO, from a training config), ``report`` (tables, plots, statistics,
 audit), ``list`` (envs, tasks), ``games`` (generate suites ahead of time), ``demo`` (a
 quick look at the agent and the floors), ``serve`` (an OpenAI-compatible server), ``view`` (runs and episodes in a browser).
 """
@@ -86,8 +87,10 @@ def _cmd_games(args: argparse.Namespace) -> int:
         env_id = resolve_benchmark(args.benchmark)
     except ValueError as e:
         raise SystemExit(str(e)) from None
+    options = {k: v for bench, opts in _env_options(args.env_option).items() for k, v in opts.items()
+               if resolve_benchmark(bench) == env_id}
     t = time.perf_counter()
-    env = gym.make(env_id)
+    env = gym.make(env_id, **options)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()) as bar:
             task = bar.add_task(f"{args.benchmark}: preparing the suite", total=None)
@@ -161,7 +164,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # started as a background job of a script inherits SIGINT ignored: `kill -INT` did nothing).
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        run_dir = run(config)
+        run_dir = run(config, other_weights=args.other_weights)
     except BackboneError as e:
         raise ConfigError(f"{e}") from None
     except KeyboardInterrupt:
@@ -294,6 +297,25 @@ def _cmd_supplied_skills(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from ap_gym.errors import APGymError
+    from ap_gym.paths import LockedError
+    from ap_gym.training.trainer import TrainConfig, Trainer
+
+    try:
+        config = TrainConfig.from_file(args.config, out=args.out, name=args.name, model=args.model,
+                                       threads=args.threads)
+        if args.tensorboard:
+            config = config.model_copy(update={"tensorboard": True})
+        checkpoint = Trainer(config, fresh=args.fresh).run()
+    except (APGymError, LockedError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"checkpoint: {config.run_dir / 'checkpoint'} -> {checkpoint.path} (weights sha256 "
+          f"{checkpoint.weights_sha256}); evaluate it with a run config's backbone: {config.run_dir / 'checkpoint'}")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from ap_gym.backbones.server import ServerLimits, serve
 
@@ -307,7 +329,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ap-gym", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_parser_list, _parser_games, _parser_demo, _parser_run, _parser_report, _parser_view, _parser_skills, _parser_injection, _parser_supplied_skills, _parser_serve):
+    for add in (_parser_list, _parser_games, _parser_demo, _parser_run, _parser_train, _parser_report, _parser_view, _parser_skills, _parser_injection, _parser_supplied_skills, _parser_serve):
         add(sub)
     return parser
 
@@ -325,7 +347,26 @@ def _parser_games(sub: Any) -> None:
     p.add_argument("benchmark", help="a benchmark name or env id, e.g. textworld, alfworld")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--imports", nargs="+", metavar="MODULE", help="modules that register your envs")
+    p.add_argument("--env-option", action="append", metavar="BENCHMARK.KEY=VALUE",
+                   help="an option of the env whose suite is prepared (textworld.suite=treasure_hunter)")
     p.set_defaults(func=_cmd_games)
+
+
+def _parser_train(sub: Any) -> None:
+    p = sub.add_parser(
+        "train", help="train a model: supervised on expert demonstrations, then GRPO / ReBN / GiGPO",
+        description="Train a transformers model on an ap-gym env from a training config (benchmarks/train/*.yaml): "
+                    "stages of supervised fine-tuning on the env's expert plans (played through the evaluation "
+                    "prompt) and of reinforcement learning (grpo, rebn, gigpo), each from the checkpoint the one "
+                    "before published. A killed run resumes from its last save when run again.")
+    p.add_argument("config", help="a training config (YAML)")
+    p.add_argument("--out", default=None, help="results root (default: the config's, results/train)")
+    p.add_argument("--name", default=None, help="the run's name (default: the config's)")
+    p.add_argument("--model", default=None, help="the starting model: default | tiny | a model directory")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the cores this process may use)")
+    p.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
+    p.add_argument("--fresh", action="store_true", help="start again, removing what an earlier run of this name left")
+    p.set_defaults(func=_cmd_train)
 
 
 def _parser_demo(sub: Any) -> None:
@@ -343,6 +384,9 @@ def _parser_run(sub: Any) -> None:
     p = sub.add_parser("run", help="run the train / frozen-evaluation protocol from a config file")
     p.add_argument("config", help="a YAML config, e.g. benchmarks/smoke.yaml")
     p.add_argument("--name", help="the run's directory name (default: the config's)")
+    p.add_argument("--other-weights", action="store_true",
+                   help="resume a run whose backbone directory holds other weights than when it started "
+                        "(the run then mixes two models; config.json says so)")
     p.add_argument("--workers", type=int, help="processes (or Ray actors) for held-out evaluation")
     p.add_argument("--threads", type=int, help="torch threads per local worker (default: cores / workers)")
     p.add_argument("--executor", choices=["local", "ray"], help="where held-out episodes and settings run")

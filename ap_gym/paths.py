@@ -8,16 +8,20 @@ so a killed process never leaves a half-written file that looks complete.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
+import socket
 import tempfile
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_json", "atomic_write_text", "cache_dir", "package_file", "publish_dir", "umask_mode"]
+__all__ = ["LockedError", "atomic_write_json", "atomic_write_text", "cache_dir", "exclusive_lock", "package_file",
+           "publish_dir", "umask_mode"]
 
 
 def cache_dir(*parts: str) -> Path:
@@ -107,3 +111,36 @@ def publish_dir(tmp: Path, final: Path, complete: Callable[[Path], bool]) -> Pat
             shutil.rmtree(aside, ignore_errors=True)
     shutil.rmtree(tmp, ignore_errors=True)
     raise OSError(f"could not place {final} (another process keeps replacing it); remove it and run again")
+
+
+class LockedError(RuntimeError):
+    """Another process holds the lock (the message names it)."""
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, what: str) -> Iterator[None]:
+    """Hold an OS lock on ``path`` (``flock``) for the block: one writer at a time.
+
+    The lock file names its holder (pid, host, start time) for the refusal message; the OS
+    drops the lock when its process dies, so a killed writer leaves nothing to clean up and
+    the next one takes over at once.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "another process"
+            raise LockedError(f"{what} is being written by {holder}; wait for it to end, or stop it first") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode(), 0)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

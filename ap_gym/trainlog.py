@@ -42,6 +42,21 @@ class TrainingLog:
         header = {"format": SCHEMA, "run": run, "rule": rule, "config": dict(config or {})}
         self.path.write_text(json.dumps(header, default=str) + "\n", encoding="utf-8")
 
+    @classmethod
+    def resume(cls, path: str | Path, *, upto: int, run: str, rule: str | None = None,
+               config: Mapping[str, Any] | None = None) -> TrainingLog:
+        """The log of a run that resumes after update ``upto``: its header and update lines
+        up to ``upto`` are kept (a line past it was written after the save the run resumes
+        from, and will be written again); a missing or foreign file starts anew."""
+        path = Path(path)
+        kept = [r for r in cls.read(path) if r["update"] <= upto] if upto > 0 and cls.header(path) else []
+        log = cls(path, run=run, rule=rule, config=config)
+        if kept:
+            with open(log.path, "a", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in kept)
+            log.last = kept[-1]
+        return log
+
     def write(self, *, update: int, **metrics: float | int | None) -> None:
         """One update's line; a metric that is not a finite number is refused (a NaN loss is
         a fact to stop on, not a point to plot)."""
@@ -68,8 +83,10 @@ class TrainingLog:
     @staticmethod
     def read(path: str | Path) -> list[dict[str, Any]]:
         """Every update line of a training log (a damaged or cut line is skipped)."""
-        rows = []
-        with open(path, encoding="utf-8") as f:
+        rows: list[dict[str, Any]] = []
+        if not Path(path).is_file():
+            return rows
+        with open(path, encoding="utf-8", errors="replace") as f:
             f.readline()
             for line in f:
                 try:

@@ -1,13 +1,12 @@
-"""GRPO on ap-gym in one file, pure torch (CleanRL style).
+"""GRPO on ap-gym in one file: a toy env, a config, and ap-gym's trainer.
 
-Group rollouts (G attempts at the same task from the same start, each with a sampling seed
-of its own), group-normalised advantages (GRPO), and a policy gradient through the
-backbone's log-probabilities. The attempts are played by ap-gym's own stepper and agent
-(:func:`ap_gym.training.groups.play_groups`: ``run_episodes`` lanes, the ``choose`` agent
-with a temperature), so the model is trained on exactly the prompts ``ap-gym run``
-evaluates it with. The policy chooses among the admissible commands: its probability of a
-command is the softmax of the model's log-likelihoods of the commands over T, so the
-gradient flows through ``TransformersBackbone.sequence_logprobs``.
+The update loop is ap-gym's own (:class:`ap_gym.training.Trainer`, the one ``ap-gym train``
+runs): group rollouts (G attempts at the same task from the same start, each with a
+sampling seed of its own) played by ap-gym's stepper and agent (``play_groups``: the
+``choose`` agent with a temperature, the prompt ``ap-gym run`` evaluates with),
+group-normalised advantages (GRPO), and a policy gradient through the softmax of the
+model's log-likelihoods of the admissible commands over T. This file adds only the toy env
+and a probe.
 
 The default env is a toy defined below (a note says where the coin is; opening that
 container wins, any other loses), where the answer is learnable. Any ap-gym env id works:
@@ -26,27 +25,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
-import time
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import gymnasium as gym
-import numpy as np
 import torch
 
-from ap_gym.backbones.hf import TransformersBackbone, tiny_llama
 from ap_gym.envs import StartResult, StepResult, TextEnv
 from ap_gym.policies.prompting import PromptBuilder
 from ap_gym.policies.react import AgentConfig
-from ap_gym.processes import cpu_budget
-from ap_gym.training.groups import (
-    Decision,
-    chosen_logprob,
-    grpo_advantages,
-    play_groups,
-    training_choose_agent,
-)
+from ap_gym.training import RLStage, TrainConfig, Trainer
+from ap_gym.training.groups import Decision, chosen_logprob, training_choose_agent
 
 
 # ----------------------------------------------------------------------------- the toy env
@@ -90,13 +81,14 @@ if "examples/Coin-v0" not in gym.registry:
 @dataclass
 class Args:
     env: str = "examples/Coin-v0"
-    model: str = "tiny"  # tiny | smollm2 | a model directory
+    model: str = "tiny"  # tiny | default (the packaged SmolLM2) | a model directory
     updates: int = 8
     groups: int = 4  # tasks per update
     group_size: int = 4  # G: attempts per task
     lr: float = 3e-3
     temperature: float = 2.0  # exploration: with the evaluation prompt, the random tiny model puts ~97 % on "look" at T = 1
     seed: int = 0
+    run: str = "results/train"  # the training run's root (its log, its checkpoint)
     out: str | None = None
     save: str | None = None
     check: bool = False
@@ -110,46 +102,13 @@ def parse_args() -> Args:
         else:
             parser.add_argument(f"--{name.replace('_', '-')}", type=type(default) if default is not None else str,
                                 default=default)
-    return Args(**vars(parser.parse_args()))
+    args = Args(**vars(parser.parse_args()))
+    args.model = "default" if args.model == "smollm2" else args.model
+    return args
 
 
-def load_backbone(name: str, seed: int) -> TransformersBackbone:
-    if name == "tiny":
-        model, tokenizer = tiny_llama(seed=seed)
-        return TransformersBackbone(model, tokenizer=tokenizer)
-    return TransformersBackbone(None if name == "smollm2" else name)
-
-
-# ------------------------------------------------------------------------------- rollouts
-def collect(backbone, args: Args, update: int, agent: AgentConfig):
-    """One episode per attempt: every group plays its task G times from one start."""
-    env = gym.make(args.env, split="train")
-    ids = list(env.unwrapped.task_ids("train"))
-    env.close()
-    rng = np.random.default_rng((args.seed, update))
-    tasks = [(ids[int(rng.integers(len(ids)))], args.seed * 100_000 + update * args.groups + k) for k in range(args.groups)]
-    return play_groups(backbone, args.env, tasks, args.group_size, agent=agent, sample_seed=args.seed * 1_000 + update,
-                       env_kwargs={"split": "train"})
-
-
-# --------------------------------------------------------------------------------- update
-def update(backbone, optimizer, trajectories, advantages, temperature) -> tuple[float, float]:
-    terms = [(float(a), d) for t, adv in zip(trajectories, advantages, strict=True)
-             for a, d in zip(adv, t.decisions, strict=True) if abs(a) > 1e-8]
-    optimizer.zero_grad()
-    total = 0.0
-    for a, decision in terms:  # one decision at a time: memory stays bounded
-        loss = -a * chosen_logprob(backbone, decision, temperature) / max(len(terms), 1)
-        loss.backward()
-        total += float(loss.detach())
-    grad_norm = 0.0
-    if terms:
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(backbone.model.parameters(), 1.0))
-        optimizer.step()
-    return total, grad_norm
-
-
-def probe(backbone, env_id: str, agent: AgentConfig, temperature: float) -> float:
+# ---------------------------------------------------------------------------------- probe
+def probe(env_id: str, agent: AgentConfig, temperature: float):
     """The policy's log-probability of the winning command in one fixed start state, with
     the prompt the agent writes (:class:`PromptBuilder`)."""
     env = gym.make(env_id, split="train")
@@ -160,50 +119,39 @@ def probe(backbone, env_id: str, agent: AgentConfig, temperature: float) -> floa
     prompt = PromptBuilder(agent)
     prompt.start(info["instruction"])
     decision = Decision(tuple(prompt.messages(obs, commands)), commands, commands.index(winning), 0.0, 0.0, obs)
-    with torch.no_grad():
-        return float(chosen_logprob(backbone, decision, temperature))
+
+    def measure(backbone) -> dict[str, float]:
+        with torch.no_grad():
+            return {"probe_logprob": float(chosen_logprob(backbone, decision, temperature))}
+
+    return measure
 
 
 def main() -> int:
     args = parse_args()
-    torch.manual_seed(args.seed)
-    # the cores this process may use (OMP_NUM_THREADS, else its CPU affinity), not the machine's: on a
-    # shared 2-core machine torch's default threads spun, and "seconds" took 20 minutes
-    torch.set_num_threads(cpu_budget())
-    backbone = load_backbone(args.model, args.seed)
-    backbone.model.train()
-    optimizer = torch.optim.Adam(backbone.model.parameters(), lr=args.lr)
-    agent = training_choose_agent(args.temperature)
-    print(f"GRPO: {args.env}, model {args.model} ({backbone.identity}), {args.groups} groups x {args.group_size}, "
+    config = TrainConfig(
+        name="grpo-example", out=args.run, benchmark=args.env, model=args.model, seed=args.seed, autocast="none",
+        save_every=max(args.updates, 1),
+        stages=(RLStage(rule="grpo", updates=args.updates, groups=args.groups, group_size=args.group_size,
+                        lanes=min(8, args.groups * args.group_size), temperature=args.temperature, lr=args.lr,
+                        decisions=10_000),))
+    measure = probe(args.env, training_choose_agent(args.temperature), args.temperature)
+    print(f"GRPO: {args.env}, model {args.model}, {args.groups} groups x {args.group_size}, "
           f"{platform.processor() or platform.machine()}, torch {torch.__version__}", flush=True)
-    first = probe(backbone, args.env, agent, args.temperature)
+    trainer = Trainer(config, fresh=True, probe=measure)
+    from ap_gym.backbones.hf import TransformersBackbone
+
+    first = measure(TransformersBackbone(str(trainer.base_model())))["probe_logprob"]
     print(f"update   0  probe logprob {first:+.3f}", flush=True)
-    out = open(args.out, "w") if args.out else None  # noqa: SIM115  (one line per update, flushed)
-    last = first
-    for n in range(1, args.updates + 1):
-        t0 = time.perf_counter()
-        trajectories = collect(backbone, args, n, agent)
-        t1 = time.perf_counter()
-        loss, grad_norm = update(backbone, optimizer, trajectories, grpo_advantages(trajectories), args.temperature)
-        t2 = time.perf_counter()
-        last = probe(backbone, args.env, agent, args.temperature)
-        row = {"update": n, "success": float(np.mean([t.episode.success for t in trajectories])),
-               "return": float(np.mean([t.ret for t in trajectories])), "loss": loss, "grad_norm": grad_norm,
-               "probe_logprob": last, "rollout_s": t1 - t0, "update_s": t2 - t1,
-               "decisions": sum(len(t.decisions) for t in trajectories)}
-        print(f"update {n:3d}  success {row['success']:.2f}  return {row['return']:+.2f}  loss {loss:+.4f}  "
-              f"probe logprob {last:+.3f}  ({row['rollout_s']:.1f}s rollout, {row['update_s']:.1f}s update)", flush=True)
-        if out:
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-        if not math.isfinite(loss):
-            print("the loss is not finite; stopping")
-            return 1
-    if out:
-        out.close()
+    checkpoint = trainer.run()
+    rows = trainer.log_rows()
+    if args.out:
+        Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
     if args.save:
-        backbone.save(args.save)
+        shutil.rmtree(args.save, ignore_errors=True)
+        shutil.copytree(checkpoint.path, args.save)
         print(f"saved the trained model and its tokenizer to {args.save} (ap-gym run: backbone: {args.save})")
+    last = rows[-1]["probe_logprob"] if rows else first
     if args.check and not last > first:
         print(f"the winning command's log-probability did not rise ({first:+.3f} -> {last:+.3f})")
         return 1

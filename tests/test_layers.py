@@ -56,7 +56,9 @@ LAYERS: dict[str, Layer] = {
     "policies": _layer("ap_gym/policies/", "backbones", "memory"),
     "rollout": _layer("ap_gym/rollout.py", "wrappers", why="the env and policy protocols"),
     "vector": _layer("ap_gym/vector.py", "wrappers"),
-    "training": _layer("ap_gym/training/", "envs", "wrappers", "backbones", "policies", "rollout", "vector"),
+    "training": _layer("ap_gym/training/", "envs", "wrappers", "backbones", "memory", "policies", "rollout", "vector",
+                       "protocol.config", why="the one trainer; a training config imports a user's envs and "
+                       "names its run as a run config does (protocol.config)"),
     "protocol": _layer("ap_gym/protocol/", "envs", "wrappers", "backbones", "memory", "policies", "rollout", "vector",
                        why="the registries, and the rollout stepper"),
     "report": _layer("ap_gym/report/", "protocol.results", "memory", "backbones.base",

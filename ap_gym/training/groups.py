@@ -40,7 +40,7 @@ from ap_gym.policies.react import AgentConfig, NoMemory
 from ap_gym.rollout import run_episode, run_episodes
 from ap_gym.types import Episode
 
-__all__ = ["Decision", "Trajectory", "chosen_logprob", "decisions", "gigpo_advantages", "grpo_advantages",
+__all__ = ["Decision", "Trajectory", "choice_logprobs", "chosen_logprob", "decisions", "gigpo_advantages", "grpo_advantages",
            "play_groups", "rebn_advantages", "training_choose_agent"]
 
 
@@ -200,13 +200,20 @@ RULES: dict[str, Callable[..., list[np.ndarray]]] = {
     "grpo": grpo_advantages, "rebn": rebn_advantages, "gigpo": gigpo_advantages}
 
 
-def chosen_logprob(backbone: TransformersBackbone, decision: Decision, temperature: float) -> Any:
-    """log softmax(candidates' summed log-likelihoods / T)[chosen], with gradients: the
-    policy that played the decision (the same prompt encoding as ``score``)."""
+def choice_logprobs(backbone: TransformersBackbone, messages: Sequence[Message], candidates: Sequence[str],
+                    temperature: float = 1.0) -> Any:
+    """The choose agent's policy over ``candidates``, with gradients: log softmax of their
+    summed log-likelihoods over ``temperature`` (the prompt encoded as ``score`` encodes it;
+    the prompt computed once, the candidates packed after it)."""
     import torch
 
-    cand_ids = backbone.candidate_ids(decision.candidates)
-    prompt, _ = backbone.encode_prompt(decision.messages, max(len(c) for c in cand_ids) + 1)
-    seqs = backbone.candidate_logprobs(prompt, cand_ids)  # the prompt once, the candidates packed after it
-    logits = torch.stack([s.sum() for s in seqs]) / temperature
-    return torch.log_softmax(logits, -1)[decision.chosen]
+    cand_ids = backbone.candidate_ids(candidates)
+    prompt, _ = backbone.encode_prompt(messages, max(len(c) for c in cand_ids) + 1)
+    sums = torch.stack([s.sum() for s in backbone.candidate_logprobs(prompt, cand_ids)])
+    return torch.log_softmax(sums.float() / temperature, -1)
+
+
+def chosen_logprob(backbone: TransformersBackbone, decision: Decision, temperature: float) -> Any:
+    """log softmax(candidates' summed log-likelihoods / T)[chosen], with gradients: the
+    policy that played the decision."""
+    return choice_logprobs(backbone, decision.messages, decision.candidates, temperature)[decision.chosen]
