@@ -15,7 +15,9 @@ frozen-skill layer) and ``admission`` (a judge that accepts or rejects each new
 abstraction before it is stored: a callable ``(text, episode) -> bool`` or ``"llm"`` for an
 LLM judge, the paper's selective-retention experiment). The LLM judge is the acting
 backbone unless ``judge_backbone`` names another (the paper's judge was a stronger model
-than the actor); its calls count under ``admission``. A run config may name a skills file
+than the actor); its calls count under ``admission``. ``synthesis_backbone`` likewise gives
+synthesis, reflection and maintenance a backbone of their own (an agent trained to act may
+no longer write guidance; the paper's synthesis is by the acting model, the default). A run config may name a skills file
 written by ``ap-gym skills`` as ``frozen_abstractions``; the protocol reads it.
 
 :func:`register_design` turns one design dataclass into a registered policy: its fields
@@ -93,6 +95,8 @@ class MemoryPolicy:
             (``None``: all of them).
         admission: a judge for new abstractions (``None`` admits all).
         judge_backbone: the LLM judge's own backbone (default: the acting one).
+        synthesis_backbone: the backbone that writes guidance, abstractions, reflections and
+            maintenance (default: the acting one, as in the paper).
         randomise_exposure: in training, the chance that a task's retrieved stored
             abstractions are withheld from its prompt (a recorded coin, drawn from the seed,
             the iteration and the records so far): the abstractions synthesised from its
@@ -115,6 +119,7 @@ class MemoryPolicy:
         frozen_budget: int | None = 5,
         admission: Admission | str | None = None,
         judge_backbone: Backbone | None = None,
+        synthesis_backbone: Backbone | None = None,
         randomise_exposure: float = 0.0,
     ) -> None:
         if not 0.0 <= randomise_exposure <= 1.0:
@@ -123,9 +128,10 @@ class MemoryPolicy:
             raise ValueError("admission must be a callable, 'llm' or None")
         if judge_backbone is not None and admission != "llm":
             raise ValueError("judge_backbone is the LLM judge's backbone: set admission: llm with it")
-        if isinstance(judge_backbone, str):
-            raise ValueError(f"judge_backbone {judge_backbone!r} was not resolved to a backbone; in a run config "
-                             "name one of the run's backbones (backbones:) or a backbone spec")
+        for name, value in (("judge_backbone", judge_backbone), ("synthesis_backbone", synthesis_backbone)):
+            if isinstance(value, str):
+                raise ValueError(f"{name} {value!r} was not resolved to a backbone; in a run config name one of "
+                                 "the run's backbones (backbones:) or judges (judges:), or a backbone spec")
         if isinstance(frozen_abstractions, str | Path):
             raise ValueError(f"frozen_abstractions {str(frozen_abstractions)!r} is a path: read it with "
                              "ap_gym.protocol.skills.read_skills (a run config's path is read by the protocol)")
@@ -141,6 +147,7 @@ class MemoryPolicy:
         self.frozen = FrozenLayer(frozen_abstractions, frozen_budget, embedder)
         self.admission = admission
         self.judge_backbone = judge_backbone
+        self.synthesis_backbone = synthesis_backbone
         self.randomise_exposure = randomise_exposure
         self._task: TaskContext | None = None
 
@@ -187,7 +194,8 @@ class MemoryPolicy:
         judge = (Synthesiser(self.judge_backbone, agent.meter, config.synthesis, self.memory.seed)
                  if self.judge_backbone is not None else None)
         return TaskContext(self.memory, config, vec, info, agent.decisions,
-                           Synthesiser(agent.backbone, agent.meter, config.synthesis, self.memory.seed),
+                           Synthesiser(self.synthesis_backbone or agent.backbone, agent.meter, config.synthesis,
+                                       self.memory.seed),
                            self.admission, judge=judge)
 
     def begin(self, observation: str, info: Mapping[str, Any]) -> None:

@@ -192,7 +192,9 @@ class RunConfig(BaseModel):
             grid becomes benchmark x backbone x policy x seed and results are filed under
             ``<benchmark>/<backbone label>/<policy>/seed<k>``. ``backbone`` is then unused.
         judges: backbones that judge rather than act (label -> spec), named by a policy's
-            ``judge_backbone`` option (the admission filter's judge); not a grid dimension.
+            ``judge_backbone`` option (the admission filter's judge) or ``synthesis_backbone``
+            option (a model that writes the guidance for another that acts); not a grid
+            dimension.
         embedder: ``default``, a sentence-transformers path, or an OpenAI-compatible URL
             (``/v1/embeddings``).
         serving: deadlines, retries and concurrency for served backbones and embedders.

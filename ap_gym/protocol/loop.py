@@ -18,6 +18,7 @@ episodes by default: nothing they do in training can change a later episode.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Iterable, Sequence
@@ -80,9 +81,14 @@ def mark_running(run_dir: Path) -> Path:
     return marker
 
 
-def run(config: RunConfig, *, progress: bool = True) -> Path:
-    """Run (or resume) every setting of ``config``; returns the run directory."""
-    return Runner(config).run(progress=progress)
+def run(config: RunConfig, *, progress: bool = True, other_weights: bool = False) -> Path:
+    """Run (or resume) every setting of ``config``; returns the run directory.
+
+    A run resumes only on the weights it started with: a backbone given as a model directory
+    (a checkpoint) is identified by its weights' SHA-256, recorded when the run starts, and a
+    resume on a directory since retrained is refused unless ``other_weights`` (the run then
+    mixes two models, and its ``config.json`` says so)."""
+    return Runner(config, other_weights=other_weights).run(progress=progress)
 
 
 def run_one_setting(config: RunConfig, benchmark: str, label: str, seed: int, backbone: str | None = None) -> str:
@@ -114,9 +120,10 @@ class _NoProgress:
 class Runner:
     """Runs a config's settings; owns the models (:class:`Resources`) and the executor."""
 
-    def __init__(self, config: RunConfig) -> None:
+    def __init__(self, config: RunConfig, *, other_weights: bool = False) -> None:
         import_modules(config.imports)
         self.config = config
+        self.other_weights = other_weights
         self.resources = Resources(config.serving.model_dump())
         self.executor: Executor = make_executor(config, self.resources)
 
@@ -200,6 +207,35 @@ class Runner:
                 f"{run_dir} holds a run with a different config; resume with the same config "
                 "or choose another run name (name: ... or --name)"
             )
+        changed = {spec: (sha, now) for spec, sha in (meta.get("weights") or {}).items()
+                   if (now := self._local_weights().get(spec)) is not None and now != sha}
+        if changed and not self.other_weights:
+            raise ConfigError(
+                f"{run_dir} was run with other weights than " + "; ".join(
+                    f"{spec} holds now (sha256 {then[:12]} then, {now[:12]} now)" for spec, (then, now) in
+                    changed.items()) + ": the directory was retrained since. Resume with the weights it started "
+                "with, choose another run name, or pass --other-weights to go on with these (one run, two models)")
+        self._changed_weights = changed
+
+    def _local_weights(self) -> dict[str, str]:
+        """The weights' SHA-256 of every backbone and judge given as a local model directory or
+        file (a checkpoint): a model's identity is its weights, not its path."""
+        from ap_gym.backbones.checkpoint import CheckpointError, weights_checksum
+
+        if getattr(self, "_weights", None) is None:
+            specs = [*self.config.backbone_specs().values(), *(self.config.judges or {}).values()]
+            found: dict[str, str] = {}
+            for spec in dict.fromkeys(specs):
+                path = Path(spec).expanduser()
+                if spec in ("default", "tiny") or spec.startswith(("tiny:", "http://", "https://", "served:")) \
+                        or not path.exists():
+                    continue
+                try:
+                    found[spec] = weights_checksum(path)
+                except CheckpointError as e:
+                    raise ConfigError(f"backbone {spec}: {e}") from None
+            self._weights: dict[str, str] | None = found
+        return dict(self._weights or {})
 
     def _input_files(self) -> list[Path]:
         """Files the run reads as it goes (frozen skills files named by path)."""
@@ -282,6 +318,15 @@ class Runner:
             meta["judges"] = built["judges"]
         if built["embedder"]:  # the report names it: similarity scales differ by embedder
             meta["embedder"] = built["embedder"]
+        weights = self._local_weights()
+        saved = run_dir / "config.json"
+        if weights and saved.exists():  # a resumed run keeps the identity it started with
+            with contextlib.suppress(ValueError, OSError):
+                weights = {**weights, **(json.loads(saved.read_text(encoding="utf-8")).get("weights") or {})}
+        if weights:
+            meta["weights"] = weights
+        if getattr(self, "_changed_weights", None):
+            meta["weights_changed"] = {spec: now for spec, (_, now) in self._changed_weights.items()}
         atomic_write_json(run_dir / "config.json", meta)
         atomic_write_json(run_dir / "prompts.json", all_prompts())
 

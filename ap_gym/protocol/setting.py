@@ -189,8 +189,9 @@ def build_policy(spec: PolicySpec, config: RunConfig, db_path: Path, seed: int, 
     """The policy of ``spec``, given what its registration says it needs; its own options win.
 
     ``backbone`` (an object) or ``backbone_label`` (one of the run's ``backbones``) picks
-    the model; by default the run's single ``backbone``. A ``judge_backbone`` option names
-    one of the run's judges or backbones (or is a backbone spec); a ``frozen_abstractions``
+    the model; by default the run's single ``backbone``. A ``judge_backbone`` or
+    ``synthesis_backbone`` option names one of the run's judges or backbones (or is a
+    backbone spec); a ``frozen_abstractions``
     path is a skills file, of which the setting (``benchmark``, backbone, ``seed``) takes
     its own set (:func:`~ap_gym.protocol.skills.skills_for`).
     """
@@ -208,10 +209,11 @@ def build_policy(spec: PolicySpec, config: RunConfig, db_path: Path, seed: int, 
     if "seed" in info.needs:
         provided["seed"] = seed
     options = dict(spec.options)
-    if isinstance(options.get("judge_backbone"), str):  # a label of judges: or backbones:, or a spec
-        name = options["judge_backbone"]
-        labels = {**(config.backbones or {}), **(config.judges or {})}
-        options["judge_backbone"] = resources.backbone(labels.get(name, name))
+    for key in ("judge_backbone", "synthesis_backbone"):
+        if isinstance(options.get(key), str):  # a label of judges: or backbones:, or a spec
+            name = options[key]
+            labels = {**(config.backbones or {}), **(config.judges or {})}
+            options[key] = resources.backbone(labels.get(name, name))
     if isinstance(options.get("frozen_abstractions"), str):
         from ap_gym.protocol.skills import skills_for
 

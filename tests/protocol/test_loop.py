@@ -166,3 +166,32 @@ def test_the_registrations_step_limit_holds_unless_the_config_sets_one(tmp_path)
         assert line.header.num_steps == steps and line.header.termination == "step_limit"
         meta = json.loads(next(run_dir.rglob("benchmark.json")).read_text())
         assert (meta["max_steps"], meta["max_steps_from"]) == (steps, source)
+
+
+def test_a_run_on_a_checkpoint_refuses_to_resume_on_other_weights(tmp_path):
+    """A backbone given as a model directory is its weights, not its path: a run whose
+    directory was retrained since it started is refused, unless told to go on (and says so)."""
+    import json
+
+    from ap_gym.backbones.checkpoint import weights_checksum
+    from ap_gym.backbones.hf import TransformersBackbone, tiny_llama
+    from ap_gym.protocol import RunConfig, run
+    from ap_gym.protocol.config import ConfigError
+
+    model_dir = tmp_path / "model"
+    model, tokenizer = tiny_llama(seed=0)
+    TransformersBackbone(model, tokenizer=tokenizer).save(model_dir)
+    data = config(tmp_path / "runs", backbone=str(model_dir), policies=[{"name": "no_memory",
+                                                                          "options": {"agent": {"history_window": 2}}}],
+                  iterations=1, train_per_iter=0, heldout=1, max_steps=2)
+    out = run(RunConfig.from_dict(data), progress=False)
+    recorded = json.loads((out / "config.json").read_text())["weights"]
+    assert recorded == {str(model_dir): weights_checksum(model_dir)}
+    run(RunConfig.from_dict(data), progress=False)  # the same weights: resumes (nothing left to do)
+    retrained, tokenizer = tiny_llama(seed=1)  # the same path, retrained
+    TransformersBackbone(retrained, tokenizer=tokenizer).save(model_dir)
+    with pytest.raises(ConfigError, match="other weights"):
+        run(RunConfig.from_dict(data), progress=False)
+    run(RunConfig.from_dict(data), progress=False, other_weights=True)
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["weights"] == recorded and meta["weights_changed"] == {str(model_dir): weights_checksum(model_dir)}
