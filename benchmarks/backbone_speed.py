@@ -64,7 +64,7 @@ def batched_candidates(backbone: TransformersBackbone, messages: list[dict[str, 
     batched forward over it (the cache repeated per row, candidates right-padded)."""
     import copy
 
-    cand_ids = backbone._candidate_ids(candidates)
+    cand_ids = backbone.candidate_ids(candidates)
     with torch.inference_mode():
         ids, _ = backbone.encode_prompt(messages, max(len(c) for c in cand_ids) + 1)
         first = torch.log_softmax(backbone._prefill(ids).float(), -1)
@@ -135,7 +135,7 @@ def main() -> None:
     agree = max(abs(x - y) for x, y in zip(packed_scores, batch_scores, strict=True))
     one, batch = side_by_side(lambda: plain.score(messages, candidates),
                               lambda: batched_candidates(plain, messages, candidates), args.repeats)
-    cand_ids = plain._candidate_ids(candidates)
+    cand_ids = plain.candidate_ids(candidates)
     real = sum(len(c) - 1 for c in cand_ids)
     padded = len(cand_ids) * (max(len(c) for c in cand_ids) - 1)
     rows.append(f"| scoring {len(candidates)} candidates ({packed_scores.candidate_tokens} tokens) after a "
