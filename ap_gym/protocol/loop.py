@@ -145,6 +145,18 @@ class Runner:
         return out
 
     def run(self, *, progress: bool = True) -> Path:
+        from ap_gym.paths import LockedError, exclusive_lock
+
+        run_dir = self.config.run_dir
+        # one writer per run: an OS lock beside it (a second `ap-gym run` of it is refused, naming the
+        # first; the lock dies with its process, so a killed run leaves nothing to clear)
+        try:
+            with exclusive_lock(run_dir.parent / f".{run_dir.name}.lock", f"run {run_dir}"):
+                return self._run(progress)
+        except LockedError as e:
+            raise ConfigError(f"{e} (two writers of one run would write its episodes twice)") from None
+
+    def _run(self, progress: bool) -> Path:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,

@@ -195,3 +195,19 @@ def test_a_run_on_a_checkpoint_refuses_to_resume_on_other_weights(tmp_path):
     run(RunConfig.from_dict(data), progress=False, other_weights=True)
     meta = json.loads((out / "config.json").read_text())
     assert meta["weights"] == recorded and meta["weights_changed"] == {str(model_dir): weights_checksum(model_dir)}
+
+
+def test_a_second_writer_of_a_run_is_refused_naming_the_first(tmp_path):
+    """Two `ap-gym run` of one run at once wrote 63 episode lines for 40 tasks: the second is
+    refused while the first holds the run's OS lock (a killed writer releases it)."""
+    import os
+
+    from ap_gym.paths import exclusive_lock
+    from ap_gym.protocol.config import ConfigError
+
+    data = config(tmp_path, policies=[{"name": "random"}], iterations=1, train_per_iter=0, heldout=1, max_steps=2)
+    lock = tmp_path / ".t.lock"
+    with exclusive_lock(lock, "run"), pytest.raises(ConfigError, match=f"pid {os.getpid()}"):
+        run(RunConfig.from_dict(data), progress=False)
+    assert not (tmp_path / "t").exists()  # refused before anything was written
+    run(RunConfig.from_dict(data), progress=False)  # the lock released: it runs
