@@ -103,8 +103,10 @@ def _cmd_games(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from ap_gym.demo import run_demo
+    from ap_gym.demo import run_demo, trained_demo
 
+    if args.trained is not None:
+        return trained_demo(checkpoint=None if args.trained == "auto" else args.trained)
     return run_demo(tasks_per_benchmark=args.tasks, out=args.out, backbone=args.backbone,
                     benchmarks=tuple(args.benchmarks), action_mode=args.action_mode, max_steps=args.max_steps)
 
@@ -377,6 +379,9 @@ def _parser_demo(sub: Any) -> None:
     p.add_argument("--benchmarks", nargs="+", default=["textworld", "scienceworld"])
     p.add_argument("--action-mode", choices=["choose", "react", "generate"], default="choose")
     p.add_argument("--max-steps", type=int, default=50)
+    p.add_argument("--trained", nargs="?", const="auto", default=None, metavar="CHECKPOINT",
+                   help="show the agent ap-gym train made (default: the shipped recipe's checkpoint, if any) "
+                        "beside the untrained model and the best simple rule on held-out ALFWorld games")
     p.set_defaults(func=_cmd_demo)
 
 

@@ -1,6 +1,7 @@
-"""A quick look: the no-memory LLM agent and the floors on a few held-out tasks.
+"""A quick look: the no-memory LLM agent and the floors on a few held-out tasks; and the
+agent trained here, when one is.
 
-It plays held-out tasks of TextWorld (generated games) and ScienceWorld with the
+:func:`run_demo` plays held-out tasks of TextWorld (generated games) and ScienceWorld with the
 no-memory agent on the packaged SmolLM2-135M-Instruct (choosing among admissible
 commands by summed log-likelihood) beside the random and walkthrough floors, writes
 ``episodes.jsonl`` and ``summary.json`` under ``out``, and prints success, score, steps
@@ -22,7 +23,13 @@ from ap_gym.policies import RandomPolicy, WalkthroughPolicy
 from ap_gym.protocol.results import EpisodeLine
 from ap_gym.types import Episode
 
-__all__ = ["episode_table", "run_demo"]
+__all__ = ["TRAINED", "episode_table", "run_demo", "trained_demo"]
+
+#: Checkpoints ``ap-gym train`` writes with the shipped recipes (benchmarks/train/), the most
+#: trained first: the first that exists is the agent the demo shows.
+TRAINED = (("alfworld", "results/train/alfworld-grpo/checkpoint"), ("alfworld", "results/train/alfworld-sft/checkpoint"))
+#: The recipe's agent options (benchmarks/train/alfworld-sft.yaml): the prompt it was trained on.
+TRAINED_AGENT = {"history_window": 6, "max_observation_chars": 500}
 
 
 def episode_table(rows: list[tuple[str, str, Episode]], title: str) -> Table:
@@ -78,3 +85,62 @@ def run_demo(tasks_per_benchmark: int = 3, out: str | Path = "results/demo", bac
     console.print(episode_table(rows, f"ap-gym demo: held-out tasks ({max_steps}-step limit, {action_mode} mode)"))
     console.print(f"results: {out}/episodes.jsonl, {out}/summary.json")
     return 0
+
+
+def trained_demo(out: str | Path = "results", checkpoint: str | None = None, tasks: int = 6,
+                 max_steps: int = 30) -> int:
+    """The agent ``ap-gym train`` made (the first of :data:`TRAINED` that exists, or
+    ``checkpoint``) beside the untrained model and the best simple rule on ``tasks`` held-out
+    ALFWorld games (one per task type first), by ``ap-gym run``; without a checkpoint, say
+    how to make one and how long it takes here."""
+    from ap_gym.backbones.checkpoint import CheckpointError, verify_checkpoint
+    from ap_gym.protocol import RunConfig, load_headers, run
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    found = checkpoint or next((path for _, path in TRAINED if Path(path).exists()), None)
+    if found is None:
+        console.print("No trained agent here yet. One command makes one (SFT on ALFWorld's expert plans; about "
+                      f"{_recipe_minutes()} on 2 CPU cores):\n"
+                      "  .venv/bin/ap-gym train benchmarks/train/alfworld-sft.yaml\n"
+                      "then `make demo` shows it beside the untrained model and the best simple rule, and "
+                      "benchmarks/RESULTS.md (agent_alfworld) shows the whole recipe's held-out results.")
+        return 0
+    try:
+        verify_checkpoint(found, hashes=False)
+    except CheckpointError as e:
+        console.print(f"[red]{found}: {e}[/red]")
+        return 1
+    agent = {"name": "no_memory", "options": {"agent": TRAINED_AGENT}}
+    config = RunConfig.from_dict({
+        "name": "demo-trained", "out": str(out), "benchmarks": ["alfworld"],
+        "env_options": {"alfworld": {"games": "generated"}}, "backbones": {"trained": str(found), "untrained": "default"},
+        "policies": [{**agent, "label": "agent"}, {"name": "rule_household", "label": "rule"}], "seeds": [0],
+        "iterations": 1, "train_per_iter": 0, "heldout": tasks, "max_steps": max_steps, "workers": 1, "lanes": 2})
+    console.log(f"the trained agent {found} beside the untrained model and the best simple rule on {tasks} held-out "
+                f"ALFWorld games ({max_steps}-step limit)")
+    heads = [h for h in load_headers(run(config)) if h.phase == "eval"]
+    table = Table(title=f"ap-gym demo: an agent trained here ({found})")
+    for col in ("agent", "won", "task families won"):
+        table.add_column(col)
+    for name in ("trained/agent", "untrained/agent", "rule"):
+        mine = [h for h in heads if (f"{h.backbone}/{h.policy}" if h.backbone else h.policy) == name
+                or (name == "rule" and h.policy == "rule")]
+        mine = list({h.task_id: h for h in mine}.values())  # the rule needs no model: one run per task
+        table.add_row(name.replace("/agent", " model"), f"{sum(h.success for h in mine)}/{len(mine)}",
+                      ", ".join(sorted({h.task_family for h in mine if h.success})) or "-")
+    console.print(table)
+    console.print(f"results: {config.run_dir} (ap-gym view {config.run_dir}); the full held-out comparison with "
+                  "intervals: benchmarks/RESULTS.md, section agent_alfworld")
+    return 0
+
+
+def _recipe_minutes() -> str:
+    """How long the SFT recipe took here, from RESULTS.md's agent_alfworld section if it was run."""
+    import re
+
+    section = Path(__file__).resolve().parents[1] / "benchmarks" / "sections" / "agent_alfworld.md"
+    try:
+        found = re.search(r"SFT (\d+) min", section.read_text())
+    except OSError:
+        found = None
+    return f"{found.group(1)} minutes" if found else "an hour"

@@ -50,7 +50,8 @@ from ap_gym.paths import atomic_write_json, cache_dir, publish_dir
 from ap_gym.text import FAILED_FEEDBACK, Grammar
 from ap_gym.types import WorldFacts
 
-__all__ = ["GameSpec", "TextWorldEnv", "default_suite", "ensure_game", "first_observation", "generate_game", "goal_of"]
+__all__ = ["SUITES", "GameSpec", "TextWorldEnv", "default_suite", "ensure_game", "first_observation", "generate_game", "goal_of",
+           "treasure_suite"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,33 @@ def default_suite() -> dict[str, list[GameSpec]]:
     return split
 
 
+def treasure_suite() -> dict[str, list[GameSpec]]:
+    """TextWorld's treasure hunter at levels 1-20 (rooms, distractor objects, closed doors
+    from level 11): 6 training and 2 held-out games per level, on seeds of their own. The
+    instruction names the object and the room; taking another object loses the game. Held-out
+    games are other worlds than training ones, and no held-out walkthrough is a training one
+    (``benchmarks/agent.py`` counts them again)."""
+    def spec(level: int, seed: int) -> GameSpec:
+        return GameSpec("tw-treasure_hunter", (("level", level),), seed, difficulty=level)
+
+    def held_out(level: int) -> list[GameSpec]:
+        seeds = (20_000 + 100 * level + i for i in range(100))
+        return [spec(level, seed) for seed in seeds if seed not in _SHARED_ROUTES][:2]
+
+    return {"train": [spec(lv, 10_000 + 100 * lv + i) for lv in range(1, 21) for i in range(6)],
+            "test": [g for lv in range(1, 21) for g in held_out(lv)]}
+
+
+#: Held-out seeds whose game's walkthrough is also a training game's (TextWorld 1.7.0: short
+#: routes such as ``take latchkey`` repeat), left out so that held-out routes are new.
+_SHARED_ROUTES = frozenset({20100, 20200, 20201, 20202, 20501, 20601})
+
+
+#: The generated suites the env serves by name (``suite=``).
+SUITES: dict[str, Callable[[], dict[str, list[GameSpec]]]] = {"default": default_suite,
+                                                                 "treasure_hunter": treasure_suite}
+
+
 def _game_dir() -> Path:
     return cache_dir("textworld", "games-1.7.0")
 
@@ -152,16 +180,25 @@ def generate_game(spec: GameSpec) -> Path:
         add_arguments(parser)
         defaults = {a.dest: a.default for a in parser._actions if a.dest != "help"}
         settings = {**defaults, **dict(spec.settings)}
-        options = textworld.GameOptions()
-        options.seeds = spec.seed
-        options.path = str(tmp / "game.z8")
-        options.file_ext = ".z8"
-        options.force_recompile = True
-        game_obj = make(settings=settings, options=options)
+        from textworld.generator.chaining import QuestGenerationError
+
+        for attempt in range(20):  # a seed whose map admits no quest of the level's length: the next one
+            options = textworld.GameOptions()
+            options.seeds = spec.seed + 1_000_003 * attempt
+            options.path = str(tmp / "game.z8")
+            options.file_ext = ".z8"
+            options.force_recompile = True
+            try:
+                game_obj = make(settings=settings, options=options)
+                break
+            except QuestGenerationError:
+                if attempt == 19:
+                    raise
         compile_game(game_obj, options)
         if not (tmp / "game.json").exists():
             game_obj.save(str(tmp / "game.json"))
-        (tmp / "spec.json").write_text(json.dumps({"task_id": spec.task_id, "seed": spec.seed}))
+        (tmp / "spec.json").write_text(json.dumps({"task_id": spec.task_id, "seed": spec.seed,
+                                                   "generated_with_seed": options.seeds}))
         publish_dir(tmp, final, _game_complete)  # another process's complete copy is as good as ours
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -341,8 +378,11 @@ class TextWorldEnv(TextEnv):
 
     Args:
         split: ``"train"`` or ``"test"``.
-        games: the user's own games instead of the default suite (files, a directory,
+        games: the user's own games instead of a generated suite (files, a directory,
             or a mapping from split to either).
+        suite: the generated suite: ``"default"`` (60 games of four challenges) or
+            ``"treasure_hunter"`` (160 treasure hunts, levels 1-20, :func:`treasure_suite`;
+            its task families are bands of five levels).
         admissible_commands: put the engine's admissible commands in ``info`` (default on).
         status_line: keep TextWorld's prompt and status line (``> -= Room =-0/1``) and its
             runs of padding at the end of each observation; ``False`` drops them, so that
@@ -366,6 +406,7 @@ class TextWorldEnv(TextEnv):
         *,
         split: str = "train",
         games: Any = None,
+        suite: str = "default",
         admissible_commands: bool = True,
         status_line: bool = True,
         render_mode: str | None = None,
@@ -376,10 +417,13 @@ class TextWorldEnv(TextEnv):
             raise ValueError("engine_timeout_s must be > 0")
         self.status_line = status_line
         self._engine = EngineProcess(_Engine, name="TextWorld", timeout_s=engine_timeout_s, recycle_every=0)
+        if suite not in SUITES:
+            raise ValueError(f"suite must be one of {', '.join(SUITES)}, not {suite!r}")
+        self.suite = suite
         if games is None:
-            suite = default_suite()
-            self._specs = {s.task_id: s for specs in suite.values() for s in specs}
-            self._ids = {split_: [s.task_id for s in suite[split_]] for split_ in SPLITS}
+            specs = SUITES[suite]()
+            self._specs = {s.task_id: s for split_specs in specs.values() for s in split_specs}
+            self._ids = {split_: [s.task_id for s in specs[split_]] for split_ in SPLITS}
             self._paths: dict[str, Path] = {}
         else:
             user = _user_games(games)
@@ -395,6 +439,9 @@ class TextWorldEnv(TextEnv):
 
     def task_family(self, task_id: str) -> str:
         spec = self._specs.get(task_id)
+        if spec is not None and self.suite == "treasure_hunter":
+            low = (spec.difficulty - 1) // 5 * 5 + 1
+            return f"treasure_hunter-levels-{low}-{low + 4}"
         return spec.challenge if spec else "custom"
 
     def world_facts(self, task_id: str) -> WorldFacts | None:

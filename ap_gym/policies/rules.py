@@ -128,7 +128,8 @@ class ExploreRule(BasePolicy):
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         commands = list(info.get("admissible_commands") or ["look"])
         room = _room(observation) or "?"
-        action = next((c for c in commands if c.startswith("take ") and self.target in c), None) \
+        take = re.compile(rf"take (?:the )?{re.escape(self.target)}(?: from .+)?")  # the whole name: not 'passkey' for 'key'
+        action = next((c for c in commands if take.fullmatch(c)), None) \
             or next((c for c in commands if c.startswith("open ")), None)
         if action is None:
             exits = [c for c in commands if c.startswith("go ")]

@@ -33,8 +33,8 @@ from ap_gym.training.tokens import (
     require_valid,
     training_agent,
 )
-from ap_gym.training.trainer import RLStage, SFTStage, TrainConfig, Trainer, TrainError
+from ap_gym.training.trainer import Guidance, RLStage, SFTStage, TrainConfig, Trainer, TrainError
 
-__all__ = ["Checkpoint", "CheckpointError", "Demonstration", "Demonstrator", "RLStage", "SFTStage", "TokenEpisode",
+__all__ = ["Checkpoint", "CheckpointError", "Demonstration", "Demonstrator", "Guidance", "RLStage", "SFTStage", "TokenEpisode",
            "TokenTurn", "TrainConfig", "TrainError", "Trainer", "demonstrations", "play_tokens", "publish_checkpoint",
            "require_valid", "training_agent", "verify_checkpoint", "weights_checksum"]

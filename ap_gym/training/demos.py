@@ -9,6 +9,12 @@ agent itself (:class:`~ap_gym.policies.react.ReActAgent` and its
 :class:`~ap_gym.policies.prompting.PromptBuilder`) whose backbone is the plan. Each step
 keeps the exact chat the agent built, the admissible commands it was offered and the
 expert's command. Only episodes the plan won are kept: a plan that fails teaches a failure.
+
+:class:`GuidedDemonstrator` does the same inside a memory design: the design retrieves its
+records and writes its guidance (with a model of the trainer's choosing) into the system
+prompt as it would at evaluation, and the expert's plan acts under it. A model fine-tuned on
+those demonstrations has seen its design's guidance in training, so a memory design that
+hurts it cannot be blamed on prompts it never saw.
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ import gymnasium as gym
 from ap_gym.backbones.base import Completion, GenerationConfig, Message, Reduction, Scores
 from ap_gym.policies.react import AgentConfig, ReActAgent
 from ap_gym.rollout import run_episode
+from ap_gym.types import Episode, PolicyTrace, Usage
 
-__all__ = ["Demonstration", "Demonstrator", "demonstrations", "load_demonstrations", "save_demonstrations"]
+__all__ = ["Demonstration", "Demonstrator", "ExpertPlan", "GuidedDemonstrator", "demonstrations",
+           "load_demonstrations", "save_demonstrations"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,7 @@ class Demonstration:
                    tuple(str(c) for c in d["candidates"]), str(d["command"]))
 
 
-class _Plan:
+class ExpertPlan:
     """The demonstrator's backbone: it answers each prompt with the plan's next command
     (a :class:`~ap_gym.backbones.base.CommandActor`: it is handed the admissible commands),
     and keeps what it was shown."""
@@ -97,7 +105,7 @@ class Demonstrator(ReActAgent):
 
     def __init__(self, agent: AgentConfig | Mapping[str, Any] | None = None) -> None:
         config = AgentConfig.coerce(agent).replace(action_mode="generate")  # the plan answers through act_on
-        self.plan_backbone = _Plan()
+        self.plan_backbone = ExpertPlan()
         super().__init__(self.plan_backbone, config)  # type: ignore[arg-type]
         self.reset_options = {"admissible_commands": True, "walkthrough": True}
 
@@ -111,10 +119,66 @@ class Demonstrator(ReActAgent):
         self.start(observation, info)
 
 
+class GuidedDemonstrator:
+    """A memory policy whose acting agent is the expert's plan (see the module docstring).
+
+    Args:
+        policy: a memory policy built with an :class:`ExpertPlan` as its backbone (the
+            actor: give the agent ``action_mode: generate``, so the plan is handed the
+            admissible commands) and the model that writes its guidance as
+            ``synthesis_backbone``.
+        plan: that :class:`ExpertPlan`.
+    """
+
+    def __init__(self, policy: Any, plan: ExpertPlan) -> None:
+        self.policy = policy
+        self.plan_backbone = plan
+
+    @property
+    def training(self) -> bool:
+        return bool(self.policy.training)
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        self.policy.train(mode)
+
+    @property
+    def reset_options(self) -> Mapping[str, Any]:
+        return {**dict(self.policy.reset_options), "admissible_commands": True, "walkthrough": True}
+
+    def train(self, mode: bool = True) -> GuidedDemonstrator:
+        self.policy.train(mode)
+        return self
+
+    def eval(self) -> GuidedDemonstrator:
+        return self.train(False)
+
+    def begin(self, observation: str, info: Mapping[str, Any]) -> None:
+        plan = info.get("walkthrough")
+        if plan is None:
+            raise ValueError("this env gives no walkthrough: it has no expert plan to learn from")
+        self.plan_backbone.plan, self.plan_backbone.shown = list(plan), []
+        self.policy.begin(observation, info)
+
+    def act(self, observation: str, info: Mapping[str, Any]) -> str:
+        return str(self.policy.act(observation, info))
+
+    def trace(self) -> PolicyTrace:
+        trace: PolicyTrace = self.policy.trace()
+        return trace
+
+    def end(self, episode: Episode) -> Usage | None:
+        usage: Usage | None = self.policy.end(episode)
+        return usage
+
+
 def demonstrations(env: gym.Env[str, str], task_ids: Iterable[str], *, agent: AgentConfig | Mapping[str, Any] | None
-                   = None, max_steps: int | None = None, progress: Callable[[int, int], None] | None = None
+                   = None, max_steps: int | None = None, progress: Callable[[int, int], None] | None = None,
+                   player: Demonstrator | GuidedDemonstrator | None = None, training: bool = False
                    ) -> tuple[list[Demonstration], dict[str, int]]:
-    """The expert's steps on ``task_ids`` as the agent with options ``agent`` sees them.
+    """The expert's steps on ``task_ids`` as the agent with options ``agent`` sees them (or as
+    ``player`` shows them: a :class:`GuidedDemonstrator`, whose memory learns from each
+    episode when ``training``).
 
     Returns:
         The demonstrations of every task whose plan won, in task order, and a count of
@@ -122,11 +186,12 @@ def demonstrations(env: gym.Env[str, str], task_ids: Iterable[str], *, agent: Ag
         ``infrastructure`` (engine failures: left out).
     """
     ids = list(task_ids)
-    demonstrator = Demonstrator(agent)
+    demonstrator = player if player is not None else Demonstrator(agent)
+    demonstrator.train(training)
     out: list[Demonstration] = []
     counts = {"tasks": len(ids), "won": 0, "failed": 0, "infrastructure": 0}
     for k, task_id in enumerate(ids):
-        episode = run_episode(env, demonstrator.eval(), task_id=task_id, seed=0, max_steps=max_steps)
+        episode = run_episode(env, demonstrator, task_id=task_id, seed=0, max_steps=max_steps)
         if episode.infrastructure_failure:
             counts["infrastructure"] += 1
         elif not episode.success:

@@ -53,7 +53,7 @@ from ap_gym.errors import APGymError
 from ap_gym.paths import atomic_write_json
 from ap_gym.trainlog import TrainingLog
 
-__all__ = ["RLStage", "SFTStage", "TrainConfig", "TrainError", "Trainer", "trainable_parameters"]
+__all__ = ["Guidance", "RLStage", "SFTStage", "TrainConfig", "TrainError", "Trainer", "trainable_parameters"]
 
 #: Inside a stage's progress save: the optimizer and where the stage stood.
 STATE_FILE = "trainer_state.pt"
@@ -61,6 +61,20 @@ STATE_FILE = "trainer_state.pt"
 
 class TrainError(APGymError):
     """A training run that cannot go on as asked (the message says what to do)."""
+
+
+class Guidance(BaseModel):
+    """A memory design whose guidance the demonstrations show (see :class:`SFTStage`).
+
+    Attributes:
+        policy: a memory design by its registered name (``anti_persistence``, ...).
+        options: its options (``memory``, ``bandit``, ...), as in a run config.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    policy: str = "anti_persistence"
+    options: dict[str, Any] = Field(default_factory=dict)
 
 
 class SFTStage(BaseModel):
@@ -75,6 +89,11 @@ class SFTStage(BaseModel):
             evaluates) or ``tokens`` (the reply's token likelihood: what ``generate`` needs).
         tasks: the first N tasks of the split only (``None``: all).
         temperature: the softmax temperature of the ``choice`` objective.
+        guidance: play the demonstrations inside this memory design
+            (:class:`~ap_gym.training.demos.GuidedDemonstrator`): its records are the expert's
+            episodes as they are played, its guidance is written by the stage's starting
+            model into the system prompt, and the expert acts under it. ``None``: the plain
+            agent's prompt.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -86,10 +105,23 @@ class SFTStage(BaseModel):
     objective: Literal["choice", "tokens"] = "choice"
     tasks: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=1.0, gt=0)
+    guidance: Guidance | None = None
+
+    @field_validator("guidance")
+    @classmethod
+    def _memory_design(cls, value: Guidance | None) -> Guidance | None:
+        if value is not None:
+            from ap_gym.policies import get_policy
+
+            info = get_policy(value.policy)
+            if "synthesis_backbone" not in info.option_names():
+                raise ValueError(f"guidance: {value.policy!r} is not a memory design (it writes no guidance)")
+            info.check_options(value.options)
+        return value
 
     @property
     def label(self) -> str:
-        return "sft"
+        return "sft" if self.guidance is None else f"sft-{self.guidance.policy}"
 
 
 class RLStage(BaseModel):
@@ -224,8 +256,12 @@ class TrainConfig(BaseModel):
         return cls.from_dict({**data, **{k: v for k, v in overrides.items() if v is not None}})
 
     def computes(self) -> dict[str, Any]:
-        """The config without the keys that only say how it runs (resume compares this)."""
-        return {k: v for k, v in self.model_dump(mode="json").items() if k not in ("threads", "out", "tensorboard")}
+        """The config without the keys that only say how it runs (resume compares this). A key
+        added to ap-gym later, left at its default, is left out too: a run started before it
+        existed resumes."""
+        later: dict[str, Any] = {"imports": []}
+        return {k: v for k, v in self.model_dump(mode="json").items()
+                if k not in ("threads", "out", "tensorboard") and not (k in later and v == later[k])}
 
     @property
     def run_dir(self) -> Path:
@@ -501,9 +537,12 @@ class Trainer:
             env = self._env()
             try:
                 ids = list(env.unwrapped.task_ids(self.config.split))[: stage.tasks]
-                self.echo(f"demonstrations: playing the expert's plan of {len(ids)} tasks through the agent's prompt")
+                player = self._guided(stage, folder, backbone) if stage.guidance is not None else None
+                self.echo(f"demonstrations: playing the expert's plan of {len(ids)} tasks through the agent's prompt"
+                          + (f" under {stage.guidance.policy}'s guidance" if stage.guidance is not None else ""))
                 loaded = demonstrations(env, ids, agent=self.config.agent, max_steps=self.config.max_steps,
-                                        progress=lambda k, n: self.echo(f"  {k}/{n} tasks") if k % 25 == 0 else None)
+                                        progress=lambda k, n: self.echo(f"  {k}/{n} tasks") if k % 25 == 0 else None,
+                                        player=player, training=player is not None)
             finally:
                 env.close()
             save_demonstrations(path, *loaded)
@@ -544,6 +583,26 @@ class Trainer:
                                       else None, "grad_norm": grad_norm, "epoch": epoch + 1, "examples": len(batch)}
 
         return steps
+
+    def _guided(self, stage: SFTStage, folder: Path, backbone: Any) -> Any:
+        """The memory design of ``stage.guidance`` acting by the expert's plan, its guidance
+        written by ``backbone`` (the stage's starting model), its memory new."""
+        from ap_gym.backbones.embedders import SentenceTransformerEmbedder
+        from ap_gym.policies import get_policy
+        from ap_gym.policies.react import AgentConfig
+        from ap_gym.training.demos import ExpertPlan, GuidedDemonstrator
+
+        assert stage.guidance is not None
+        db = folder / "guidance-memory.sqlite"
+        for stale in folder.glob("guidance-memory.sqlite*"):  # demonstrations start from an empty memory
+            stale.unlink()
+        plan = ExpertPlan()
+        agent = AgentConfig.coerce(self.config.agent).replace(action_mode="generate")
+        options = {**stage.guidance.options, "agent": agent}
+        policy = get_policy(stage.guidance.policy).factory(
+            backbone=plan, embedder=SentenceTransformerEmbedder(), db_path=db, seed=self.config.seed,
+            synthesis_backbone=backbone, **options)
+        return GuidedDemonstrator(policy, plan)
 
     # ------------------------------------------------------------------- RL
     def _rl(self, index: int, stage: RLStage, backbone: Any) -> Callable[..., Iterator[tuple[int, int, dict]]]:

@@ -147,6 +147,29 @@ def test_a_killed_training_resumes_where_it_stopped_and_ends_where_an_unbroken_o
                                                                                          "checkpoint")
 
 
+def test_guided_demonstrations_show_the_designs_guidance_written_by_the_model_in_training(tmp_path):
+    """SFT with a design's guidance in the prompt: the expert acts under guidance that the
+    stage's model wrote from the memory the expert's episodes filled."""
+    from ap_gym.training import Guidance
+    from ap_gym.training.demos import load_demonstrations
+
+    guided = SFTStage(epochs=1, batch=4, lr=3e-3, guidance=Guidance(
+        policy="anti_persistence", options={"memory": {"synthesis": {"max_new_tokens": 4}}}))
+    trainer = Trainer(config(tmp_path, guided), echo=None)
+    trainer.run()
+    folder = trainer.stage_dirs()[0]
+    assert folder.name == "1-sft-anti_persistence"
+    demos, counts = load_demonstrations(folder / "demonstrations.jsonl")
+    assert counts["won"] == 8
+    systems = [d.messages[0]["content"] for d in demos]
+    plain = [s for s in systems if "Your task: take the coin ." == s.splitlines()[-1]]
+    assert len(plain) < len(systems), "no demonstration showed guidance"
+    assert any("past attempts" in s.lower() or "##" in s for s in systems)
+    with pytest.raises(TrainError, match="not a memory design"):
+        TrainConfig.from_dict({"name": "x", "benchmark": ENV_ID,
+                               "stages": [{"kind": "sft", "guidance": {"policy": "no_memory"}}]})
+
+
 def test_a_half_saved_checkpoint_is_never_taken(tmp_path):
     def write(d: Path) -> None:
         (d / "config.json").write_text("{}")
