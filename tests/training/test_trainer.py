@@ -162,7 +162,7 @@ def test_guided_demonstrations_show_the_designs_guidance_written_by_the_model_in
     demos, counts = load_demonstrations(folder / "demonstrations.jsonl")
     assert counts["won"] == 8
     systems = [d.messages[0]["content"] for d in demos]
-    plain = [s for s in systems if "Your task: take the coin ." == s.splitlines()[-1]]
+    plain = [s for s in systems if s.splitlines()[-1] == "Your task: take the coin ."]
     assert len(plain) < len(systems), "no demonstration showed guidance"
     assert any("past attempts" in s.lower() or "##" in s for s in systems)
     with pytest.raises(TrainError, match="not a memory design"):
