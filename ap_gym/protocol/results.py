@@ -29,6 +29,7 @@ import codecs
 import contextlib
 import json
 import logging
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,7 +162,9 @@ class EpisodeHeader:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], schema: int = SCHEMA_VERSION) -> EpisodeHeader:
-        """A head as written; a missing or mistyped field is a :class:`DamagedLine`."""
+        """A head as written; a missing, mistyped or impossible field (a count that is not a
+        whole number in range, a score that is not finite, ``"false"`` for a boolean) is a
+        :class:`DamagedLine`, quarantined like any other damage."""
         try:
             score, max_score, backbone = d.get("score"), d.get("max_score"), d.get("backbone")
             # a policy's decisions and the usage are secondary: damaged, they read as empty
@@ -169,21 +172,60 @@ class EpisodeHeader:
             info = info if isinstance(info, Mapping) else {}
             usage = _usage(usage) if isinstance(usage, Mapping) else Usage()
             texts = (d["phase"], d["benchmark"], d["policy"], d["task_id"])
-            if not all(isinstance(t, str) for t in texts) or isinstance(d["seed"], bool | str):
-                raise TypeError("phase, benchmark, policy and task_id are text; seed is a number")
+            if not all(isinstance(t, str) for t in texts):
+                raise TypeError("phase, benchmark, policy and task_id are text")
             return cls(
-                phase=d["phase"], iteration=int(d["iteration"]), index=int(d["index"]), benchmark=d["benchmark"],
-                policy=d["policy"], seed=int(d["seed"]), attempts=int(d.get("attempts", 1)), task_id=d["task_id"],
+                phase=d["phase"], iteration=_whole(d["iteration"], "iteration", -1), index=_whole(d["index"], "index"),
+                benchmark=d["benchmark"], policy=d["policy"], seed=_whole(d["seed"], "seed", -_MAX_WHOLE),
+                attempts=_whole(d.get("attempts", 1), "attempts", 1), task_id=d["task_id"],
                 task_family=str(d.get("task_family") or ""), instruction=str(d.get("instruction") or ""),
-                success=bool(d["success"]), score=float(score) if isinstance(score, int | float) else None,
-                max_score=float(max_score) if isinstance(max_score, int | float) else None,
-                termination=Termination(d["termination"]), num_steps=int(d.get("num_steps") or 0),
-                parse_failures=int(d.get("parse_failures") or 0), wall_time_s=float(d.get("wall_time_s") or 0.0),
-                usage=usage, error=d.get("error"), training=bool(d.get("training", False)),
+                success=_flag(d["success"], "success"), score=_finite(score, "score"),
+                max_score=_finite(max_score, "max_score"), termination=Termination(d["termination"]),
+                num_steps=_whole(d.get("num_steps") or 0, "num_steps"),
+                parse_failures=_whole(d.get("parse_failures") or 0, "parse_failures"),
+                wall_time_s=_finite(d.get("wall_time_s") or 0.0, "wall_time_s", low=0.0) or 0.0,
+                usage=usage, error=d.get("error"), training=_flag(d.get("training", False), "training"),
                 policy_info=dict(info), initial_observation=str(d.get("initial_observation") or ""),
                 backbone=str(backbone) if backbone else None, schema=schema)
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             raise DamagedLine(f"not an episode head ({type(e).__name__}: {e})") from None
+
+
+#: The largest whole number a results field may hold (what JSON readers and SQLite keep exactly).
+_MAX_WHOLE = 2**53
+
+
+def _whole(value: Any, name: str, low: int = 0, high: int = _MAX_WHOLE) -> int:
+    """A count or index as written: a whole number in ``[low, high]`` (``3.0`` is 3; a
+    boolean, a string, ``Infinity`` or ``1e300`` is damage)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} is {value!r}, not a number")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise ValueError(f"{name} is {value!r}, not a whole number")
+    if not low <= value <= high:
+        raise ValueError(f"{name} is {value!r}, outside {low}..{high}")
+    return int(value)
+
+
+def _finite(value: Any, name: str, low: float = -math.inf) -> float | None:
+    """A score or a duration: a finite number (at least ``low``) or absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} is {value!r}, not a number")
+    if not math.isfinite(value) or value < low or abs(value) > 1e15:
+        raise ValueError(f"{name} is {value!r}, not a finite number in range")
+    return float(value)
+
+
+def _flag(value: Any, name: str) -> bool:
+    """A boolean as written: ``true`` or ``false`` (0 and 1 too); the string ``"false"`` is
+    not false-y text read as true, it is damage."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name} is {value!r}, not true or false")
 
 
 def _usage(d: Mapping[str, Any]) -> Usage:
@@ -413,11 +455,17 @@ class EpisodeLog:
         data = self.path.read_bytes()
         raws = data.split(b"\n")
         bad: list[tuple[int, bytes]] = []
+        seen: set[tuple[Any, ...]] = set()
         for number, raw in enumerate(raws, 1):
             if not raw.strip():
                 continue
             try:
-                self._lines.append((parse_line(raw).header, raw))
+                header = parse_line(raw).header
+                if episode_key(header) in seen:  # a copy of an earlier line: set aside with the damage
+                    bad.append((number, raw))
+                    continue
+                seen.add(episode_key(header))
+                self._lines.append((header, raw))
             except DamagedLine:
                 if not (number == len(raws) and not data.endswith(b"\n")):  # not a kill's cut tail
                     bad.append((number, raw))
@@ -506,16 +554,29 @@ def misfiled(header: EpisodeHeader, setting: str) -> bool:
     return header.setting != setting
 
 
+def episode_key(h: EpisodeHeader) -> tuple[Any, ...]:
+    """Where an episode sits in its run: one line per key (a second line of a key is a copy)."""
+    return (h.benchmark, h.backbone or "", h.policy, h.seed, h.phase, h.iteration, h.index)
+
+
 def _load(run_dir: str | Path, headers: bool) -> list[Any]:
     found = []
     for directory in setting_dirs(run_dir):
         good, bad = read_log(directory / EPISODES, headers=headers)
         setting = directory.relative_to(run_dir).as_posix()
         kept = [x for x in good if not misfiled(x if headers else x.header, setting)]
-        if bad or len(kept) < len(good):
-            log.warning("%s: skipped %d damaged line(s) and %d that name another setting than %s",
-                        directory / EPISODES, len(bad), len(good) - len(kept), setting)
-        found += kept
+        seen: set[tuple[Any, ...]] = set()
+        unique = []
+        for x in kept:  # a line written twice (an edit, a second writer) counts once: the first
+            key = episode_key(x if headers else x.header)
+            if key not in seen:
+                seen.add(key)
+                unique.append(x)
+        if bad or len(unique) < len(good):
+            log.warning("%s: skipped %d damaged line(s), %d that name another setting than %s and %d copies of a "
+                        "line before them", directory / EPISODES, len(bad), len(good) - len(kept), setting,
+                        len(kept) - len(unique))
+        found += unique
     return sorted(found, key=lambda x: _order(x if headers else x.header))
 
 
@@ -679,9 +740,10 @@ def load_worlds(setting_dir: str | Path) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     with contextlib.suppress(OSError):
-        for line in (Path(setting_dir) / WORLDS).read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(ValueError):
-                facts = WorldFacts.from_dict(json.loads(line))
+        for raw in (Path(setting_dir) / WORLDS).read_bytes().splitlines():
+            # a line that is not UTF-8 or not JSON is damage: skipped, never a stopped resume
+            with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+                facts = WorldFacts.from_dict(json.loads(raw.decode("utf-8")))
                 out[facts.task_id] = facts
     return out
 

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from ap_gym.protocol.results import EpisodeLine, EpisodeLog, load_episodes, parse_line, summarise
 from ap_gym.types import Episode, Termination
 
@@ -181,3 +183,57 @@ def test_no_module_reads_the_record_by_key_but_the_results_module():
     script = (package / "view" / "static" / "app.js").read_text()
     found += [f"app.js: [{m!r}]" for m in re.findall(r"\[\s*[\"'](\w+)[\"']\s*\]", script) if m in RECORD_ONLY_KEYS]
     assert not found, "episode records read outside ap_gym.protocol.results:\n" + "\n".join(found)
+
+
+def _tiny_run(tmp_path):
+    directory = tmp_path / "bench" / "p" / "seed0"
+    directory.mkdir(parents=True)
+    log = EpisodeLog(directory / "episodes.jsonl")
+    for i in range(4):
+        log.append(_line(i, success=i % 2 == 0))
+    return tmp_path
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("iteration", float("inf")), ("iteration", 1e300), ("num_steps", float("inf")), ("index", -3),
+    ("wall_time_s", float("nan")), ("score", float("inf")), ("success", "false"), ("training", "yes"),
+    ("seed", True), ("attempts", 0), ("iteration", 2.5),
+])
+def test_an_impossible_number_or_a_boolean_as_text_is_damage_not_a_crash_or_a_value(tmp_path, field, value):
+    """One line with ``Infinity``, ``1e300``, NaN or ``"false"`` made a whole run unreadable
+    (OverflowError, IntegrityError) or counted a failure as a success: it is a damaged line,
+    set aside, and every other line reads."""
+    import json
+
+    from ap_gym.protocol.results import DamagedLine, EpisodeLog, load_headers, parse_line
+
+    run_dir = _tiny_run(tmp_path)
+    episodes = next(run_dir.glob("*/*/seed0/episodes.jsonl"))
+    lines = episodes.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["head"][field] = value
+    bad = json.dumps(first)  # Python writes Infinity and NaN as JSON readers of them do
+    with pytest.raises(DamagedLine):
+        parse_line(bad)
+    episodes.write_text("\n".join([bad, *lines[1:]]) + "\n")
+    assert len(load_headers(run_dir)) == len(lines) - 1
+    log = EpisodeLog(episodes)  # resume: set aside, the rest kept
+    assert len(log.headers) == len(lines) - 1 and episodes.with_name("episodes.jsonl.bad").exists()
+
+
+def test_a_line_written_twice_counts_once(tmp_path):
+    from ap_gym.protocol.results import EpisodeLog, load_headers
+
+    run_dir = _tiny_run(tmp_path)
+    episodes = next(run_dir.glob("*/*/seed0/episodes.jsonl"))
+    lines = episodes.read_text().splitlines()
+    episodes.write_text("\n".join([*lines, lines[0]]) + "\n")
+    assert len(load_headers(run_dir)) == len(lines)
+    assert len(EpisodeLog(episodes).headers) == len(lines)
+
+
+def test_a_worlds_file_with_bytes_that_are_not_utf8_loses_only_that_line(tmp_path):
+    from ap_gym.protocol.results import load_worlds
+
+    (tmp_path / "worlds.jsonl").write_bytes(b'{"task_id": "a"\xff}\n')
+    assert load_worlds(tmp_path) == {}
