@@ -116,9 +116,11 @@ class _Retryable(Exception):
     """A failure worth another attempt (timeout, connection, 429/5xx, bad JSON); a server's
     ``Retry-After`` in seconds rides along."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, deadline: bool = False) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        #: the attempt ran out of its deadline (the server may be up and slow)
+        self.deadline = deadline
 
 
 class _Refused(Exception):
@@ -210,7 +212,12 @@ class OpenAIBackbone:
                 with attempt:
                     return self._once(method, url, payload, deadline_s or self.options.deadline_s)
         except _Retryable as e:
-            raise Unreachable(f"{url} failed after {attempts} attempts of at most {deadline_s or self.options.deadline_s:g}"
+            limit = deadline_s or self.options.deadline_s
+            if e.deadline:  # the server answered too slowly: a deadline, not an outage
+                raise Unreachable(f"{url} did not answer within the {limit:g} s deadline in {attempts} attempts ({e}): "
+                                  "the deadline ran out, the server may well be up; raise it (serving: "
+                                  "{deadline_s: ...} in the config, or --deadline)") from None
+            raise Unreachable(f"{url} failed after {attempts} attempts of at most {limit:g}"
                               f" s each ({e}); is the server up? Deadlines and retries: serving: in the config, or "
                               "--deadline/--retries") from None
         except _Refused as e:
@@ -279,10 +286,12 @@ class OpenAIBackbone:
                     for part in response.iter_bytes():  # an overall deadline, not a per-read one
                         body += part
                         if time.monotonic() > deadline:
-                            raise _Retryable(f"no complete answer within the {deadline_s:g} s deadline")
+                            raise _Retryable(f"no complete answer within the {deadline_s:g} s deadline",
+                                             deadline=True)
                     status = response.status_code
             except httpx.TimeoutException as e:
-                raise _Retryable(f"timed out ({type(e).__name__})") from None
+                raise _Retryable(f"timed out ({type(e).__name__})", deadline=not isinstance(e, httpx.ConnectTimeout)) \
+                    from None
             except (httpx.TransportError, OSError) as e:
                 raise _Retryable(f"{type(e).__name__}: {e}") from None
         text = body.decode("utf-8", errors="replace")
@@ -556,15 +565,19 @@ class OpenAIBackbone:
         try:
             choices = sorted(data["choices"], key=lambda c: c["index"])
             out = []
+            raw = []
             for choice, (_, tokens) in zip(choices, rows, strict=True):
                 read = choice["logprobs"]["top_logprobs"][0]
-                out.append([float(read[f"token_id:{t}"]) for t in tokens])
+                raw.append([read[f"token_id:{t}"] for t in tokens])
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise BackboneError(f"{self.base_url}/completions answered no logprob_token_ids for the prompts: "
                                 f"{str(data)[:300]}") from e
-        if not all(math.isfinite(v) for row in out for v in row):
-            raise BackboneError(f"{self.base_url} returned a log-probability that is not finite; the server is faulty")
-        return out
+        wrong = [v for row in raw for v in row
+                 if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v > 1e-4]
+        if wrong:  # a log-probability is a finite number at most 0: anything else would make a pick not exact
+            raise BackboneError(f"{self.base_url} returned {wrong[0]!r} as a log-probability (one is a finite number "
+                                "at most 0): the server is faulty, and no pick is made from its values")
+        return [[float(v) for v in row] for row in raw]
 
     def _expand(self, prompt: list[int]) -> Expand:
         """The search's ``expand`` against this server: rows packed into requests of at most
