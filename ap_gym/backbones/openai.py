@@ -564,7 +564,6 @@ class OpenAIBackbone:
         data = self._request("POST", "/completions", payload, deadline_s=deadline_s, retries=retries)
         try:
             choices = sorted(data["choices"], key=lambda c: c["index"])
-            out = []
             raw = []
             for choice, (_, tokens) in zip(choices, rows, strict=True):
                 read = choice["logprobs"]["top_logprobs"][0]
