@@ -61,7 +61,8 @@ def test_add_your_own_environment_example_runs(capsys):
 def test_the_vault_and_a_user_policy_run_under_ap_gym_run(tmp_path):
     """The README's module and config, through the CLI with two worker processes."""
     (tmp_path / "my_envs.py").write_text(next(b for b in _blocks() if "class Vault" in b))
-    config = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.S)[0])
+    config = yaml.safe_load(next(b for b in re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.S)
+                                 if "vault" in b))
     config["out"] = str(tmp_path / "results")
     (tmp_path / "vault.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -95,3 +96,14 @@ def test_every_figure_the_readme_quotes_is_in_results_md():
     assert not missing, f"README quotes ratios that RESULTS.md does not hold: {missing}"
     for date in set(re.findall(r"20\d\d-\d\d-\d\d", section)):
         assert date in results, f"README dates a figure {date}, but no RESULTS.md section has that date"
+
+
+def test_the_training_config_block_is_a_valid_training_config():
+    """The README's ``ap-gym train`` config is one the trainer takes (and the recipe's own)."""
+    from ap_gym.training import TrainConfig
+
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.S) if "stages:" in b)
+    config = TrainConfig.from_dict(yaml.safe_load(block))
+    recipe = TrainConfig.from_file(README.parent / "benchmarks" / "train" / "alfworld-sft.yaml")
+    assert (config.name, config.agent, config.train_layers) == (recipe.name, recipe.agent, recipe.train_layers)
+    assert [s.kind for s in config.stages] == ["sft", "rl"]
