@@ -122,3 +122,18 @@ def test_a_child_orphaned_while_it_starts_exits_at_once():
     if orphaned:
         os.kill(pid, 9)
     assert not orphaned, "a child orphaned during its start-up lived on"
+
+
+def test_an_env_left_open_at_exit_prints_no_traceback(tmp_path):
+    """The garbage collector's last call at interpreter exit (module globals already gone)
+    printed 'Exception ignored in EngineProcess.__del__' with a traceback."""
+    import subprocess
+    import sys
+
+    code = ("import gymnasium as gym, ap_gym\n"
+            "env = gym.make('ap_gym/TextWorld-v0', split='test')\n"
+            "env.reset(options={'task_id': env.unwrapped.task_ids('test')[0]})\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
