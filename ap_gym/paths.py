@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LockedError", "atomic_write_json", "atomic_write_text", "cache_dir", "exclusive_lock", "package_file",
+__all__ = ["LockedError", "atomic_write_json", "atomic_write_text", "cache_dir", "exclusive_lock", "lock_held",
+           "package_file",
            "publish_dir", "umask_mode"]
 
 
@@ -111,6 +112,22 @@ def publish_dir(tmp: Path, final: Path, complete: Callable[[Path], bool]) -> Pat
             shutil.rmtree(aside, ignore_errors=True)
     shutil.rmtree(tmp, ignore_errors=True)
     raise OSError(f"could not place {final} (another process keeps replacing it); remove it and run again")
+
+
+def lock_held(path: Path) -> bool | None:
+    """Whether a process holds the :func:`exclusive_lock` on ``path`` now (``None``: no lock
+    file there). Asked without taking it: a shared lock is tried and let go at once."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the shared lock, if it was taken
+    return False
 
 
 class LockedError(RuntimeError):

@@ -122,8 +122,9 @@ class MemoryPolicy:
         synthesis_backbone: Backbone | None = None,
         randomise_exposure: float = 0.0,
     ) -> None:
-        if not 0.0 <= randomise_exposure <= 1.0:
-            raise ValueError(f"randomise_exposure is a probability, not {randomise_exposure!r}")
+        if isinstance(randomise_exposure, bool) or not isinstance(randomise_exposure, int | float) \
+                or not 0.0 <= randomise_exposure <= 1.0:
+            raise ValueError(f"randomise_exposure is a probability between 0 and 1, not {randomise_exposure!r}")
         if isinstance(admission, str) and admission != "llm":
             raise ValueError("admission must be a callable, 'llm' or None")
         if judge_backbone is not None and admission != "llm":

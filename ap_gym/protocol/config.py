@@ -172,6 +172,14 @@ class AuditOptions(BaseModel):
 
     randomise_exposure: float = Field(default=0.0, ge=0.0, le=1.0)
 
+    @field_validator("randomise_exposure", mode="before")
+    @classmethod
+    def _a_probability(cls, value: Any) -> Any:
+        # `true` was read as 1.0 (every exposure withheld) and '0.5' as text: a probability is a number
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"randomise_exposure is a probability between 0 and 1 (0.5, say), not {value!r}")
+        return value
+
 
 class RunConfig(BaseModel):
     """Everything that defines a run; saved whole with its results.

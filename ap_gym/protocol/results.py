@@ -785,14 +785,23 @@ def run_state(run_dir: str | Path) -> tuple[str, str]:
         return "finished", "summary.json is written"
     try:
         info = json.loads((run_dir / RUNNING).read_text(encoding="utf-8"))
-        pid, host = int(info["pid"]), str(info["host"])
+        pid, host, started = info["pid"], info["host"], info.get("started")
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or not isinstance(host, str) or not host:
+            raise ValueError(f"pid {pid!r} on host {host!r}")
     except FileNotFoundError:
         return "stopped", "no summary.json and no process writing it: run the same command again to resume"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "stopped", f"{RUNNING} is unreadable and there is no summary.json: run the same command again to resume"
-    if host != socket.gethostname():
+    if host.rstrip(".").lower() != socket.gethostname().rstrip(".").lower():
         return "running", f"written by process {pid} on {host}, which this machine cannot check"
-    if process_alive(pid) and info.get("started") in (None, process_started(pid)):
+    # on this machine the run's OS lock says it: held while its writer lives, gone with it
+    from ap_gym.paths import lock_held
+
+    held = lock_held(run_dir.parent / f".{run_dir.name}.lock")
+    if held is not None:
+        return ("running", f"process {pid} is writing it") if held else ("stopped", (
+            f"process {pid}, which was writing it, is gone (killed?): run the same command again to resume"))
+    if process_alive(pid) and started is not None and started == process_started(pid):
         return "running", f"process {pid} is writing it"
     return "stopped", (f"process {pid}, which was writing it, is gone (killed?): run the same command again to "
                        "resume")

@@ -93,3 +93,14 @@ def test_a_policy_needing_a_walkthrough_is_refused_with_an_env_that_has_none(tmp
         RunConfig.from_dict(config(tmp_path, benchmarks=["tests/Counter-v0"],
                                    policies=[{"name": "random"}, {"name": "walkthrough"}]))
     RunConfig.from_dict(config(tmp_path, benchmarks=["tests/Counter-v0"], policies=[{"name": "random"}]))
+
+
+@pytest.mark.parametrize("value", [True, "0.5", "yes", 1.5, -0.1])
+def test_randomise_exposure_is_a_probability_not_a_flag_or_text(tmp_path, value):
+    """`randomise_exposure: true` was taken as 1.0 (every exposure withheld); '0.5' gave a TypeError."""
+    from ap_gym.protocol.config import ConfigError, RunConfig
+
+    with pytest.raises(ConfigError, match="randomise_exposure"):
+        RunConfig.from_dict({"name": "x", "out": str(tmp_path), "audit": {"randomise_exposure": value}})
+    assert RunConfig.from_dict({"name": "x", "out": str(tmp_path),
+                                "audit": {"randomise_exposure": 1}}).audit.randomise_exposure == 1.0

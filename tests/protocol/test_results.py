@@ -237,3 +237,41 @@ def test_a_worlds_file_with_bytes_that_are_not_utf8_loses_only_that_line(tmp_pat
 
     (tmp_path / "worlds.jsonl").write_bytes(b'{"task_id": "a"\xff}\n')
     assert load_worlds(tmp_path) == {}
+
+
+@pytest.mark.parametrize("forged", [
+    {"pid": "PID.5", "host": "HOST", "started": "1"}, {"pid": "PID", "host": "HOST"},
+    {"pid": "PID", "host": "HOST.", "started": None}, {"pid": True, "host": "HOST", "started": "1"},
+])
+def test_a_forged_running_json_does_not_read_as_running(tmp_path, forged):
+    """A fractional pid, no start time or a host with a trailing dot read as 'running'."""
+    import os
+    import socket
+
+    from ap_gym.protocol.results import run_state
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    data = {k: (os.getpid() + 0.5 if v == "PID.5" else os.getpid() if v == "PID" else socket.gethostname()
+                + ("." if v == "HOST." else "") if isinstance(v, str) and v.startswith("HOST") else v)
+            for k, v in forged.items()}
+    (run_dir / "running.json").write_text(json.dumps(data))
+    assert run_state(run_dir)[0] == "stopped", data
+
+
+def test_a_runs_lock_tells_a_live_writer_from_a_dead_one(tmp_path):
+    import os
+    import socket
+
+    from ap_gym.paths import exclusive_lock
+    from ap_gym.protocol.loop import mark_running
+    from ap_gym.protocol.results import run_state
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with exclusive_lock(tmp_path / ".run.lock", "run"):
+        mark_running(run_dir)
+        assert run_state(run_dir)[0] == "running"
+    assert run_state(run_dir)[0] == "stopped"  # the lock is free: its writer is gone, whatever the pid says
+    assert json.loads((run_dir / "running.json").read_text())["pid"] == os.getpid()
+    assert socket.gethostname()
