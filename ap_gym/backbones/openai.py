@@ -447,6 +447,8 @@ class OpenAIBackbone:
             return Scores(())
         method = self.scoring_method()
         if method is None:
+            with contextlib.suppress(BackboneError):  # what it can do instead, for the message
+                self.supports_choice()
             raise BackboneError(self._no_scoring())
         prompt = self._tokenize({"messages": [dict(m) for m in messages], "add_generation_prompt": True})
         cands = self.candidate_ids(candidates)
@@ -495,6 +497,12 @@ class OpenAIBackbone:
 
     def _no_scoring(self) -> str:
         seen = "; ".join(getattr(self, "_probe_faults", [])) or "no answer"
+        if self._choice:  # it does constrain a generation: that is another rule, named, never chosen for you
+            return (f"{self.base_url} cannot score candidate commands (neither /tokenize with /v1/completions "
+                    "prompt_logprobs nor echo + logprobs; what it answered: "
+                    f"{seen[:600]}), but it offers structured outputs (choice): choose_method: constrained uses them "
+                    "(greedy decoding under a choice grammar, another decision rule than the argmax of "
+                    "log-likelihoods, reported as such), or use the agent's 'generate' or 'react' action mode")
         return (f"{self.base_url} cannot score candidate commands: it offers neither /tokenize with "
                 "/v1/completions prompt_logprobs (vLLM, ap-gym serve) nor echo + logprobs, nor structured outputs (choice) "
                 "(what it answered: "

@@ -109,3 +109,22 @@ def test_a_short_deadline_is_said_to_be_a_deadline_not_an_outage():
 
     with pytest.raises(BackboneError, match="is the server up"):
         _served(refused)._next_logprobs([([1], [5])], deadline_s=0.5)
+
+
+def test_a_choice_only_server_is_told_to_use_choose_method_constrained():
+    """`auto` against a server that can only constrain a generation said it offers no
+    structured outputs, though it does, and did not name choose_method: constrained."""
+    import json
+
+    def handler(request):
+        path = request.url.path
+        if path.endswith("/chat/completions"):
+            body = json.loads(request.content)
+            if "structured_outputs" in body or "guided_choice" in body:
+                choices = (body.get("structured_outputs") or {}).get("choice") or body.get("guided_choice")
+                return httpx.Response(200, json={"choices": [{"index": 0, "message": {"content": choices[0]}}]})
+        return httpx.Response(404, json={"error": "no such route"})
+
+    backbone = _served(handler)
+    with pytest.raises(BackboneError, match="choose_method: constrained"):
+        backbone.score([{"role": "user", "content": "hi"}], ["look", "go north"])
