@@ -23,8 +23,11 @@ has no tool calls, so with the packaged model the rollout route is the one that 
 
 from __future__ import annotations
 
+import logging
 import math
+import queue
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -34,12 +37,16 @@ from ap_gym.backbones.base import GenerationConfig
 from ap_gym.backbones.hf import TransformersBackbone
 from ap_gym.envs.base import TextEnv
 from ap_gym.errors import InfrastructureError
+from ap_gym.policies.base import BasePolicy
 from ap_gym.policies.prompting import PromptBuilder
 from ap_gym.policies.react import AgentConfig
+from ap_gym.rollout import run_episode
 from ap_gym.training.tokens import TokenEpisode, play_tokens
+from ap_gym.types import Episode
 
 __all__ = ["EnvTools", "TRLRollout", "env_reward"]
 
+log = logging.getLogger(__name__)
 _KEY = re.compile(r"^\[task (?P<task>\S+) seed (?P<seed>-?\d+)\]")
 
 
@@ -194,10 +201,46 @@ def _task_of(prompt: Any) -> tuple[str, int]:
     return match["task"], int(match["seed"])
 
 
+class _Stopped(BaseException):
+    """The trainer asked for the reward before the episode ended: the episode stops there."""
+
+
+class _ToolAgent(BasePolicy):
+    """The acting side of a tool rollout: each step it hands the observation to the trainer's
+    tool loop and waits for the command the model calls ``act`` with."""
+
+    reset_options = {"admissible_commands": True}
+
+    def __init__(self, commands: queue.Queue[Any], events: queue.Queue[Any]) -> None:
+        super().__init__()
+        self.commands, self.events = commands, events
+
+    def act(self, observation: str, info: Mapping[str, Any]) -> str:
+        self.events.put(("observation", observation, dict(info)))
+        command = self.commands.get()
+        if command is _STOP:
+            raise _Stopped
+        self.record_step(response=str(command))
+        return str(command)
+
+
+_STOP = object()
+#: The longest a tool call waits for the environment's answer (an engine has its own watchdog).
+TOOL_WAIT_S = 600.0
+
+
 class EnvTools:
     """An ap-gym env as a TRL ``environment_factory`` object: ``reset`` starts a task and
     returns its first observation (as the evaluation agent lists it), ``act`` (the one tool)
     sends a command, ``get_reward`` scores the rollout (the final score over ``max_score``).
+
+    The episode is played by the evaluation stepper (:func:`~ap_gym.rollout.run_episode`,
+    in a thread of its own) with an agent whose every command comes from the model's ``act``
+    calls, so the step limit, the infrastructure-versus-task split and the record are the
+    stepper's. An engine that dies mid-episode makes the rollout an infrastructure failure:
+    the pending and every later ``act`` raise (TRL's tool loop shows the model the error),
+    and ``get_reward`` returns ``None`` with a warning saying why: TRL reads ``None`` as NaN
+    and leaves the rollout unscored. It is never scored 0 (a task failure it was not).
 
     TRL calls the factory with no arguments: pass ``EnvTools.factory(env_id, ...)``. The
     dataset's columns reach ``reset`` as keywords: ``task_id`` and ``seed`` pick the task
@@ -208,6 +251,11 @@ class EnvTools:
         self._env = gym.make(env_id, **env_kwargs)
         self._prompt = PromptBuilder(AgentConfig.coerce(agent))
         self._info: dict[str, Any] = {}
+        self._commands: queue.Queue[Any] = queue.Queue()
+        self._events: queue.Queue[Any] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._episode: Episode | None = None
+        self._broken: str | None = None
         self._done = False
 
     @classmethod
@@ -239,16 +287,32 @@ class EnvTools:
 
     def reset(self, **kwargs: Any) -> str:
         """Start the row's task (``task_id``, ``seed`` columns); the first observation."""
-        options: dict[str, Any] = {"admissible_commands": True}
-        if kwargs.get("task_id"):
-            options["task_id"] = str(kwargs["task_id"])
         seed = kwargs.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | float) or seed != int(seed)):
             raise ValueError(f"EnvTools.reset: seed is a whole number, not {seed!r} (the dataset's seed column)")
-        obs, self._info = self._env.reset(seed=int(seed) if seed is not None else None, options=options)
-        self._done = False
-        self._prompt.start(str(self._info.get("instruction", "")))
-        return self._prompt.user_turn(obs, self._info.get("admissible_commands"))
+        self._stop()
+        task = str(kwargs["task_id"]) if kwargs.get("task_id") else None
+        self._commands, self._events = queue.Queue(), queue.Queue()
+        self._episode, self._broken, self._done, self._info = None, None, False, {}
+        agent = _ToolAgent(self._commands, self._events)
+
+        def play() -> None:
+            try:
+                self._events.put(("end", run_episode(self._env, agent.eval(), task_id=task,
+                                                     seed=int(seed) if seed is not None else None)))
+            except _Stopped:
+                self._events.put(("stopped", None))
+            except BaseException as e:  # the trainer hears of it at its next call
+                self._events.put(("error", e))
+
+        self._thread = threading.Thread(target=play, name="ap-gym-env-tools", daemon=True)
+        self._thread.start()
+        event = self._next()
+        if event[0] == "observation":
+            _, obs, self._info = event
+            self._prompt.start(str(self._info.get("instruction", "")))
+            return self._prompt.user_turn(obs, self._info.get("admissible_commands"))
+        return f"[the environment failed to start the task: {self._broken}]"
 
     def act(self, command: str) -> str:
         """Send one command to the text environment and read what happens.
@@ -259,13 +323,56 @@ class EnvTools:
         Returns:
             What the environment answers, with the commands it accepts next.
         """
+        if self._broken is not None:
+            raise InfrastructureError(f"the environment failed ({self._broken}); this rollout will not be scored")
         if self._done:
             return "The episode has ended; no more commands are taken."
-        obs, _, terminated, truncated, self._info = self._env.step(str(command))
-        self._done = terminated or truncated
-        end = " [the episode has ended]" if self._done else ""
-        return self._prompt.user_turn(obs, self._info.get("admissible_commands")) + end
+        self._commands.put(str(command))
+        event = self._next()
+        if event[0] == "observation":
+            _, obs, self._info = event
+            return self._prompt.user_turn(obs, self._info.get("admissible_commands"))
+        if self._broken is not None:
+            raise InfrastructureError(f"the environment failed ({self._broken}); this rollout will not be scored")
+        last = self._episode.steps[-1].observation if self._episode and self._episode.steps else ""
+        return self._prompt.user_turn(last, None) + " [the episode has ended]"
 
-    def get_reward(self) -> float:
-        max_score = self._info.get("max_score") or 1.0
-        return float(self._info.get("score") or 0.0) / float(max_score)
+    def get_reward(self) -> float | None:
+        """The rollout's final score over ``max_score``; ``None`` (unscored, with a warning)
+        when the environment broke it."""
+        self._stop()
+        if self._broken is not None:
+            log.warning("EnvTools: the rollout was broken by the infrastructure (%s); it is left unscored (None), "
+                        "never scored as a failed task", self._broken)
+            return None
+        if self._episode is not None:
+            score, max_score = self._episode.score, self._episode.max_score
+        else:
+            score, max_score = self._info.get("score"), self._info.get("max_score")
+        return float(score or 0.0) / float(max_score or 1.0)
+
+    def _next(self) -> tuple[Any, ...]:
+        """The episode thread's next event (an observation, its end, an error)."""
+        try:
+            event: tuple[Any, ...] = self._events.get(timeout=TOOL_WAIT_S)
+        except queue.Empty:
+            event = ("error", InfrastructureError(f"no answer from the environment in {TOOL_WAIT_S:g} s"))
+        if event[0] == "end":
+            self._episode, self._done = event[1], True
+            if event[1].infrastructure_failure:
+                self._broken = str(event[1].error)
+        elif event[0] == "error":
+            self._done, self._broken = True, f"{type(event[1]).__name__}: {event[1]}"
+        elif event[0] == "stopped":
+            self._done = True
+        return event
+
+    def _stop(self) -> None:
+        """End an episode the trainer left before its end (the score reached is kept)."""
+        if self._thread is not None and self._thread.is_alive():
+            if not self._done:
+                self._commands.put(_STOP)
+                while self._next()[0] == "observation":  # pragma: no cover (the stop is read at the next act)
+                    self._commands.put(_STOP)
+            self._thread.join(timeout=TOOL_WAIT_S)
+        self._thread = None

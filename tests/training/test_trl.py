@@ -14,6 +14,7 @@ pytest.importorskip("trl")
 
 from ap_gym.backbones.hf import TransformersBackbone, tiny_llama  # noqa: E402
 from ap_gym.envs import StartResult, StepResult, TextEnv  # noqa: E402
+from ap_gym.errors import EnvInfrastructureError  # noqa: E402
 from ap_gym.training.trl import EnvTools, TRLRollout, env_reward  # noqa: E402
 from tests.helpers import register_dial  # noqa: E402
 
@@ -226,3 +227,60 @@ def test_the_rollout_samples_with_the_trainers_settings(tmp_path):
     generation, budget = rollout.settings(trainer)
     assert (generation.temperature, generation.top_p, budget) == (1.0, 1.0, 512)
     rollout.close()
+
+
+class Fragile(TextEnv):
+    """Its engine dies at the second step of task f/0 (f/1 never dies)."""
+
+    benchmark = "fragile"
+
+    def _task_ids(self, split):
+        return ["f/0", "f/1"]
+
+    def task_family(self, task_id):
+        return "f"
+
+    def _start(self, task_id, options):
+        self.task, self.n = task_id, 0
+        return StartResult("step 0", "Say go twice.", score=0.0, max_score=2.0, admissible_commands=["go", "look"])
+
+    def _advance(self, action):
+        self.n += 1
+        if self.task == "f/0" and self.n == 2:
+            raise EnvInfrastructureError("the engine died")
+        return StepResult(f"step {self.n}", float(self.n), won=self.n >= 2, admissible_commands=["go", "look"])
+
+
+def _tool_loop(env, commands):
+    """What TRL's ``_tool_call_loop`` does with a tool call: a raised exception becomes the
+    tool's result ``{"error": ...}`` and the loop goes on; then ``get_reward``, ``None`` as NaN."""
+    results = []
+    for command in commands:
+        try:
+            results.append(env.act(command))
+        except Exception as e:  # TRL's own handling
+            results.append({"error": str(e)})
+    reward = env.get_reward()
+    return results, float("nan") if reward is None else reward
+
+
+def test_an_engine_that_dies_mid_episode_leaves_the_tool_rollout_unscored_never_zero(caplog):
+    """EnvTools stepped the env itself: after the engine died at step 2 the next act answered
+    as if nothing happened and get_reward() returned 0.0. Now it plays through the stepper: an
+    infrastructure failure, every later act an error, and no reward (TRL drops a NaN)."""
+    if "test_training/Fragile-v0" not in gym.registry:
+        gym.register("test_training/Fragile-v0", entry_point=Fragile, max_episode_steps=5)
+    env = EnvTools.factory("test_training/Fragile-v0")()
+    assert "step 0" in env.reset(task_id="f/0", seed=0)
+    results, reward = _tool_loop(env, ["go", "go", "go"])
+    assert "step 1" in results[0]
+    assert isinstance(results[1], dict) and "died" in results[1]["error"]
+    assert isinstance(results[2], dict) and "not be scored" in results[2]["error"]
+    assert math.isnan(reward) and "infrastructure" in caplog.text
+    # the next rollout of the same instance starts afresh and is scored by the stepper's record
+    env.reset(task_id="f/1", seed=0)
+    results, reward = _tool_loop(env, ["go", "go"])
+    assert "ended" in results[1] and reward == 1.0
+    # a rollout the model left before the end keeps the score it reached
+    env.reset(task_id="f/1", seed=0)
+    assert _tool_loop(env, ["go"])[1] == 0.5
