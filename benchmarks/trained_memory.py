@@ -1,0 +1,123 @@
+"""The paper's question asked of an agent that wins sometimes: every memory design on a model trained here.
+
+Runs ``benchmarks/paper/trained_<benchmark>.yaml`` (the protocol on the checkpoint
+``ap-gym train`` made: SFT on the expert's plans, then GRPO; all seven designs, Table 2's
+persist arm and an arm whose guidance the untrained model writes; 3 seeds; exposure to
+stored abstractions randomised per training task), then ``ap-gym report`` on it, and writes
+the section ``trained_memory_<benchmark>``: each design's held-out success pooled over seeds
+with its 95 % Wilson interval and its difference to no memory (Newcombe), the report's
+Table 1, LLM calls, modes, Table 2 and the audit with its randomised gap, and sentences that
+say which differences the intervals allow.
+
+    python benchmarks/trained_memory.py alfworld
+    python benchmarks/trained_memory.py treasure
+
+A missing checkpoint is trained first (``benchmarks/train/<benchmark>-sft.yaml``, then
+``-grpo.yaml``); everything resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ap_gym.protocol import RunConfig, load_headers, run  # noqa: E402
+from ap_gym.report import collect, report_tables, write_report  # noqa: E402
+from ap_gym.report.stats import difference, proportion  # noqa: E402
+from ap_gym.training import TrainConfig, Trainer  # noqa: E402
+from benchmarks._bench import emit, machine  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+#: The report's tables this section shows, in order.
+SHOWN = ("final_success", "calls", "modes", "discard_vs_persist", "audit")
+
+
+def pooled(run_dir: Path, reference: str = "no_memory") -> tuple[list[str], list[str]]:
+    """Each arm's held-out success at the final iteration pooled over seeds, and sentences on
+    which differences to ``reference`` the intervals allow."""
+    heads = [h for h in load_headers(run_dir) if h.phase == "eval" and not h.infrastructure_failure]
+    last = max(h.iteration for h in heads)
+    by: dict[str, list[bool]] = defaultdict(list)
+    for h in heads:
+        if h.iteration == last:
+            by[h.policy].append(h.success)
+    ref = by.get(reference, [])
+    lines = [f"| arm | held-out success (pooled over seeds) | minus {reference} |", "|---|---|---|"]
+    said = []
+    for arm, wins in by.items():
+        if arm == reference:
+            lines.append(f"| {arm} | {proportion(sum(wins), len(wins))} ({sum(wins)}/{len(wins)}) | - |")
+            continue
+        d = difference(sum(wins), len(wins), sum(ref), len(ref))
+        lines.append(f"| {arm} | {proportion(sum(wins), len(wins))} ({sum(wins)}/{len(wins)}) | {d} |")
+        if d.low > 0:
+            said.append(f"{arm} did better than {reference} (the interval of the difference, {d}, excludes 0)")
+        elif d.high < 0:
+            said.append(f"{arm} did worse than {reference} (the interval of the difference, {d}, excludes 0)")
+        else:
+            said.append(f"{arm} minus {reference}: {d}, an interval that holds 0 (no difference shown)")
+    return lines, said
+
+
+def guided(benchmark: str) -> list[str]:
+    """The arm fine-tuned with Anti-Persistence's guidance in its prompts: its own no-memory and
+    Anti-Persistence rows, under the same protocol, tasks and seeds."""
+    Trainer(TrainConfig.from_file(HERE / "train" / f"{benchmark}-guided.yaml")).run()
+    config = RunConfig.from_file(HERE / "paper" / f"trained_{benchmark}_guided.yaml")
+    run_dir = run(config)
+    lines, said = pooled(run_dir)
+    return ["### The arm trained with memory in its prompts", "",
+            f"`{config.backbone}`: the agent above after one more epoch of SFT on the expert's plans with "
+            "Anti-Persistence's guidance (written by the model itself from the expert's records) in the prompt "
+            f"(`benchmarks/train/{benchmark}-guided.yaml`); the same protocol, tasks and seeds "
+            f"(`benchmarks/paper/trained_{benchmark}_guided.yaml`). If Anti-Persistence's effect above came from "
+            "prompts the model never saw in training, it shrinks here.", "", *lines, "",
+            "What the intervals allow: " + "; ".join(said) + ".", ""]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("benchmark", choices=["alfworld", "treasure"])
+    parser.add_argument("--config", default=None, help="default: benchmarks/paper/trained_<benchmark>.yaml")
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--guided", action="store_true",
+                        help="also the arm trained with Anti-Persistence's guidance in its prompts "
+                             "(benchmarks/train/<benchmark>-guided.yaml, paper/trained_<benchmark>_guided.yaml)")
+    args = parser.parse_args()
+    config = RunConfig.from_file(args.config or HERE / "paper" / f"trained_{args.benchmark}.yaml",
+                                 workers=args.workers)
+    started = time.perf_counter()
+    print(f"machine: {machine()}", flush=True)
+    if not Path(config.backbone).exists():  # the checkpoint first: SFT, then GRPO
+        for stage in ("sft", "grpo"):
+            Trainer(TrainConfig.from_file(HERE / "train" / f"{args.benchmark}-{stage}.yaml")).run()
+    run_dir = run(config)
+    report = write_report([run_dir])
+    tables = {t.name: t for t in report_tables(collect([run_dir]))}
+    lines, said = pooled(run_dir)
+    text = [f"The protocol of `benchmarks/paper/trained_{args.benchmark}.yaml` on `{config.backbone}` (SmolLM2-135M-"
+            f"Instruct after SFT and GRPO here, fixed before any held-out number was seen): {config.iterations} training "
+            f"iteration of {config.train_per_iter} tasks, then {config.heldout} held-out tasks with memory frozen, "
+            f"seeds {list(config.seeds)}, at most {config.max_steps} steps, greedy `choose`, synthesis by the same "
+            "model (64 new tokens) except in `ap_untrained_synthesis` (the packaged untrained model writes the "
+            "guidance), exposure to stored abstractions randomised per training task (p = "
+            f"{config.audit.randomise_exposure}). Report: `{report / 'report.md'}`.", "",
+            "Held-out success per arm, pooled over seeds, with 95 % Wilson intervals and Newcombe's interval of the "
+            "difference to no memory:", "", *lines, "", "What the intervals allow: " + "; ".join(said) + ".", ""]
+    for name in SHOWN:
+        if name in tables:
+            text += [tables[name].markdown(), ""]
+    if args.guided:
+        text += guided(args.benchmark)
+    text += [f"This invocation: {(time.perf_counter() - started) / 60:.0f} min.", ""]
+    emit(f"trained_memory_{args.benchmark}", f"`trained_memory.py {args.benchmark}`: every memory design on the "
+         "agent trained here", "\n".join(text))
+
+
+if __name__ == "__main__":
+    main()
