@@ -98,14 +98,17 @@ def ratio_spread(numerators: Sequence[float], denominators: Sequence[float], dig
 
 
 def emit(name: str, title: str, body: str, machine_line: str | None = None) -> Path:
-    """Print a result section and keep it as ``benchmarks/sections/<name>.md``."""
-    RESULTS_DIR.mkdir(exist_ok=True)
+    """Print a result section and keep it as ``benchmarks/sections/<name>.md``, or in
+    ``$AP_GYM_SECTIONS`` when set: a smoke run at a reduced size (the suite's) must never
+    overwrite a section RESULTS.md quotes."""
+    directory = Path(os.environ["AP_GYM_SECTIONS"]) if os.environ.get("AP_GYM_SECTIONS") else RESULTS_DIR
+    directory.mkdir(parents=True, exist_ok=True)
     command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(_ARGV[0]), *_ARGV[1:]])
     date = datetime.date.today().isoformat()
     body = re.sub(r"^## ", "### ", body, flags=re.M)  # a report's own headers sit under the section's
     text = (f"## {title} ({date})\n\n{body.rstrip()}\n\n"
             f"Command: `{command}`. Machine: {machine_line or machine()}.\n")
-    path = RESULTS_DIR / f"{name}.md"
+    path = directory / f"{name}.md"
     path.write_text(text)
     print("\n" + text, flush=True)
     return path

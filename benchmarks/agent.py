@@ -53,9 +53,19 @@ RULE = {"alfworld": ("rule_household", "search the receptacles in order, take th
 TITLE = {"alfworld": "ALFWorld (generated games, held-out scenes)", "treasure": "TextWorld treasure hunter"}
 
 
-def configs(benchmark: str, rules: list[str]) -> tuple[TrainConfig, dict[str, TrainConfig]]:
+def configs(benchmark: str, rules: list[str], smoke: str | None = None) -> tuple[TrainConfig, dict[str, TrainConfig]]:
+    """The recipe's training configs; with ``smoke`` (a results root) the same recipe shrunk to
+    seconds on a tiny random model (the suite runs it so the script cannot rot)."""
     sft = TrainConfig.from_file(HERE / "train" / f"{benchmark}-sft.yaml")
-    return sft, {rule: TrainConfig.from_file(HERE / "train" / f"{benchmark}-{rule}.yaml") for rule in rules}
+    rl = {rule: TrainConfig.from_file(HERE / "train" / f"{benchmark}-{rule}.yaml") for rule in rules}
+    if smoke is None:
+        return sft, rl
+    small = {"out": smoke, "model": "tiny", "max_steps": 3, "autocast": "none", "train_layers": 0}
+    sft = sft.model_copy(update={**small, "stages": (sft.stages[0].model_copy(update={"tasks": 2, "epochs": 1}),)})
+    start = str(Path(smoke) / sft.name / "checkpoint")
+    rl = {rule: c.model_copy(update={**small, "model": start, "stages": (c.stages[0].model_copy(update={
+        "updates": 1, "groups": 1, "group_size": 2, "lanes": 2, "max_steps": 3}),)}) for rule, c in rl.items()}
+    return sft, rl
 
 
 def plot(sft: Path, rl: dict[str, Path], path: Path) -> Path:
@@ -103,8 +113,14 @@ def main() -> None:
     parser.add_argument("--lanes", type=positive, default=4, help="held-out episodes a worker plays at once")
     parser.add_argument("--out", default="results/agent")
     parser.add_argument("--no-train", action="store_true", help="only the baselines and the untrained model")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the whole script in seconds on a tiny random model (2 held-out games, 3 steps): a check "
+                             "that it runs, not a result (write its section elsewhere: AP_GYM_SECTIONS=DIR)")
     args = parser.parse_args()
-    sft, rl = configs(args.benchmark, [] if args.no_train else args.rules)
+    if args.smoke:
+        args.heldout, args.max_steps, args.random_seeds, args.lanes = 2, 3, 1, 1
+    sft, rl = configs(args.benchmark, [] if args.no_train else args.rules,
+                      smoke=str(Path(args.out) / "smoke-train") if args.smoke else None)
     env_id, env_options, agent = sft.benchmark, dict(sft.env_options), dict(sft.agent)
     max_steps = args.max_steps or sft.max_steps or 50
     out = Path(args.out) / args.benchmark
@@ -121,7 +137,8 @@ def main() -> None:
     rule, what = RULE[args.benchmark]
     rows = [heldout("random", [{"name": "random"}], seeds=tuple(range(args.random_seeds)))["random"]]
     rows += list(heldout("baselines", [{"name": rule, "label": "rule"}, {"name": "walkthrough"}]).values())
-    rows.append(heldout("untrained", [{**model, "label": "untrained"}])["untrained"])
+    base = str(Trainer(sft).base_model()) if args.smoke else "default"
+    rows.append(heldout("untrained", [{**model, "label": "untrained"}], base)["untrained"])
     print("held-out: " + ", ".join(f"{r.label} {r.won}/{r.n}" for r in rows), flush=True)
     notes = {"random": "the floor: uniform over the admissible commands", "rule": f"the best simple rule: {what}",
              "walkthrough": "the ceiling: the expert's plan", "untrained": "SmolLM2-135M-Instruct, greedy choose"}
@@ -144,9 +161,10 @@ def main() -> None:
         figure = plot(Trainer(sft).stage_dirs()[-1] / "training.jsonl",
                       {n: Trainer(c).stage_dirs()[-1] / "training.jsonl" for n, c in rl.items()},
                       out / "training.png")
-        shown = HERE / "figures" / f"agent_{args.benchmark}.png"
-        shutil.copyfile(figure, shown)
-        figure = shown
+        if not args.smoke:  # a copy RESULTS.md can show (results/ is not committed); never a smoke run's
+            shown = HERE / "figures" / f"agent_{args.benchmark}.png"
+            shutil.copyfile(figure, shown)
+            figure = shown
     emit(f"agent_{args.benchmark}", f"`agent.py {args.benchmark}`: an agent trained here on {TITLE[args.benchmark]}",
          section(args, sft, rl, rows, notes, minutes, max_steps, figure, time.perf_counter() - started))
 
@@ -178,9 +196,10 @@ def section(args: argparse.Namespace, sft: TrainConfig, rl: dict[str, TrainConfi
              "Held-out wins per task family (random: pooled over its seeds):", "", *family_table(rows), "",
              "How the episodes ended:", "", *termination_table(rows)]
     if figure is not None:
-        lines += ["", f"![training curves]({os.path.relpath(figure, HERE)})", "",
+        lines += ["", f"![training curves]({os.path.relpath(figure.resolve(), HERE)})", "",
                   f"Training curves: SFT's loss and each RL rule's training success per update "
-                  f"(`{figure.relative_to(HERE.parent)}`; logs: `results/train/<run>/<stage>/training.jsonl`)."]
+                  f"(`{os.path.relpath(figure.resolve(), HERE.parent)}`; logs: "
+                  "`results/train/<run>/<stage>/training.jsonl`)."]
     lines += ["", f"This invocation: {total_s / 60:.0f} min (training and held-out runs not already done).", ""]
     return "\n".join(lines)
 
