@@ -77,18 +77,34 @@ def report_tables(r: Results, labeller: Any = None, audit: bool = True, judge: A
         notes = [AUDIT_INTRO, *(f"Labeller: {labeller_card(u)}" for u in used)]
         if unreadable:
             notes += ["Settings whose memory could not be read (not audited):", *unreadable]
-        found.append(Table("audit", "Error-reproduction audit", table.header, table.rows, "\n\n".join(notes))
+        found.append(Table("audit", "Error-reproduction audit", table.header, table.rows, "\n\n".join(notes),
+                           table.data_header, table.data)
                      if table is not None else Table("audit", "Error-reproduction audit", [], [],
                                                      "\n\n".join([*notes, "No method in these runs stored "
                                                                               "abstractions."])))
     return [t for t in found if t is not None]
 
 
+def unfinished(runs: Sequence[str | Path]) -> list[str]:
+    """A warning per run that is not finished (still running, or stopped before its end):
+    what a report of it shows is partial, and it says so first."""
+    from ap_gym.protocol.results import run_state
+
+    out = []
+    for run in runs:
+        state, why = run_state(run)
+        if state != "finished":
+            out.append(f"**This run is not finished: {run} is {state} ({why}).** Every table below is of the "
+                       "episodes written so far, not of the whole run.")
+    return out
+
+
 def _head(r: Results) -> list[str]:
     evals = r.evals
     infra = sum(x.head.infrastructure_failure for x in evals)
     embedders = "; ".join(f"{run}: {e}" for run, e in r.embedders.items())
-    head = ["# ap-gym report", "", *r.descriptions, "",
+    warnings = unfinished(r.runs)
+    head = ["# ap-gym report", "", *(line for w in warnings for line in (w, "")), *r.descriptions, "",
             f"Runs: {', '.join(str(p) for p in r.runs)} (reported side by side; a label two runs share is shown "
             f"once per run). Held-out episodes: {len(evals)}, infrastructure failures among them: {infra}. "
             f"Embedder: {embedders} (the bandit's rho = 0.7 is on the paper's embedder's similarity scale; another "

@@ -74,6 +74,8 @@ class Table:
 
 def _pm(values: Sequence[float], scale: float = 1.0, digits: int = 1, mark: str = "") -> str:
     mu, sd = mean_std(values)
+    if len(values) == 1:  # one seed has no spread: "± 0.0" would read as a measured one
+        return "-" if math.isnan(mu) else f"{scale * mu:.{digits}f} (1 seed){mark}"
     return "-" if math.isnan(mu) else f"{scale * mu:.{digits}f} ± {scale * sd:.{digits}f}{mark}"
 
 

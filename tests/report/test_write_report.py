@@ -51,6 +51,9 @@ def test_report_writes_every_table_and_a_png(tiny_run):
     for name in ("curves.png", "success_vs_cost.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {r["setting"].split("/")[1] for r in rows(out / "audit.csv")} == {"abstraction", "ap_persist"}
+    audit = rows(out / "audit.csv")  # numbers, a cell each (it held the text intervals: issue 50)
+    assert {"q", "q_lo", "q_hi", "randomised_gap", "randomised_gap_lo"} <= set(audit[0])
+    assert all(float(r["invocations"]) >= 0 and not r["q"].startswith("[") for r in audit)
     final = {(r["method"], r["setting"]): r for r in rows(out / "final_success.csv")}
     cell = final[("anti_persistence", "shop @ tiny-llama(seed=0)")]
     assert 0 <= float(cell["success_mean"]) <= 100 and float(cell["success_std"]) >= 0 and cell["seeds"] == "2"
@@ -241,3 +244,17 @@ def test_the_mode_table_says_when_the_chosen_mode_synthesised_nothing(tmp_path):
     shares = {r["mode"]: float(r["share"]) for r in rows(out / "modes.csv")}
     assert shares["strategic"] == 1.0 and shares["(synthesis skipped)"] == 1.0
     assert "chosen, synthesis skipped" in (out / "report.md").read_text()
+
+
+def test_a_report_of_an_unfinished_run_says_so_first_and_one_seed_is_not_a_spread(tiny_run, tmp_path):
+    import shutil
+
+    copy = tmp_path / "t"
+    shutil.copytree(tiny_run, copy, ignore=shutil.ignore_patterns(".view", "report"))
+    (copy / "summary.json").unlink()  # killed before its end
+    text = (write_report([copy]) / "report.md").read_text()
+    assert text.split("\n", 2)[2].startswith("**This run is not finished"), text[:300]
+    one_seed = run(RunConfig.from_dict(config(tmp_path / "one", policies=[{"name": "random"}], benchmarks=["shop"],
+                                              iterations=1, train_per_iter=0, heldout=2)), progress=False)
+    table1 = (write_report([one_seed]) / "report.md").read_text().split("## Table 1:")[1].split("\n## ")[0]
+    assert "(1 seed)" in table1 and "± 0.0" not in table1
