@@ -146,8 +146,7 @@ bench-full: $(STAMP) $(VLLM_STAMP) browser
 	$(PY) benchmarks/shop_floors.py
 	$(PY) benchmarks/results.py
 
-# ruff over everything; mypy over the public interfaces at zero errors (pyproject.toml's
-# [tool.mypy] files: types, envs.base, backbones.base, policies, protocol, training).
+# ruff over everything; mypy over the whole package at zero errors (pyproject.toml's [tool.mypy]).
 lint: $(STAMP)
 	$(BIN)/ruff check ap_gym tests benchmarks examples
 	$(BIN)/mypy

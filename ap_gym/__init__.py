@@ -14,7 +14,7 @@ stays as light as registering the envs.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
@@ -62,6 +62,13 @@ __all__ = [
     "run_episode",
     "run_episodes",
 ]
+
+if TYPE_CHECKING:  # what a type checker sees of the lazy names below: the real ones, not Any
+    from ap_gym.policies.base import BasePolicy
+    from ap_gym.policies.memory_policy import register_design
+    from ap_gym.policies.react import AgentConfig
+    from ap_gym.policies.registry import register_policy
+    from ap_gym.protocol.config import PolicySpec, RunConfig
 
 #: Names loaded on first use: the module each comes from.
 _LAZY = {

@@ -14,6 +14,7 @@ import re
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ap_gym.errors import BackboneError
@@ -25,7 +26,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     import ap_gym  # noqa: F401
-    from ap_gym.envs import benchmark_names, env_class, resolve_benchmark
+    from ap_gym.envs import benchmark_names, env_class, resolve_benchmark, text_env
     from ap_gym.policies import get_policy, policy_names
     from ap_gym.protocol.config import import_modules
 
@@ -47,8 +48,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         raise SystemExit(str(e)) from None
     env = gym.make(env_id)
     try:
-        for tid in env.unwrapped.task_ids(args.split):
-            print(f"{tid}\t{env.unwrapped.task_family(tid)}")
+        suite = text_env(env)
+        for tid in suite.task_ids(args.split):
+            print(f"{tid}\t{suite.task_family(tid)}")
     finally:
         env.close()
     return 0
@@ -79,7 +81,7 @@ def _cmd_games(args: argparse.Namespace) -> int:
     import gymnasium as gym
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from ap_gym.envs import resolve_benchmark
+    from ap_gym.envs import resolve_benchmark, text_env
     from ap_gym.protocol.config import import_modules
 
     import_modules(args.imports or [])
@@ -94,7 +96,7 @@ def _cmd_games(args: argparse.Namespace) -> int:
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()) as bar:
             task = bar.add_task(f"{args.benchmark}: preparing the suite", total=None)
-            made = env.unwrapped.prepare_suite(args.workers,
+            made = text_env(env).prepare_suite(args.workers,
                                                lambda done, total: bar.update(task, completed=done, total=total))
     finally:
         env.close()
@@ -196,7 +198,7 @@ def _index_for_view(run_dir: object) -> None:
               "when it opens the run", file=sys.stderr)
 
 
-def _print_final(run_dir: object) -> None:
+def _print_final(run_dir: Path) -> None:
     """Per held-out task of the final iteration: success, score, steps, LLM calls."""
     from rich.console import Console
     from rich.table import Table

@@ -49,7 +49,7 @@ def run_demo(tasks_per_benchmark: int = 3, out: str | Path = "results/demo", bac
     """Play the no-memory agent (``action_mode``) and the floors on a few held-out tasks."""
     from ap_gym.backbones import make_backbone
     from ap_gym.backbones.base import ServedBackbone
-    from ap_gym.envs import resolve_benchmark
+    from ap_gym.envs import resolve_benchmark, text_env
     from ap_gym.policies import AgentConfig, NoMemory
 
     out = Path(out)
@@ -60,11 +60,11 @@ def run_demo(tasks_per_benchmark: int = 3, out: str | Path = "results/demo", bac
     model = make_backbone(backbone)
     if isinstance(model, ServedBackbone):  # a server that cannot score candidates: say so now
         model.check(scoring=action_mode == "choose")
-    agent = NoMemory(model, AgentConfig(action_mode=action_mode)).eval()
+    agent = NoMemory(model, AgentConfig.coerce({"action_mode": action_mode})).eval()
     for bench in benchmarks:
         env = gym.make(resolve_benchmark(bench), split="test", max_episode_steps=max_steps)
         try:
-            for task_id in env.unwrapped.task_ids("test")[:: max(1, 20 // tasks_per_benchmark)][:tasks_per_benchmark]:
+            for task_id in text_env(env).task_ids("test")[:: max(1, 20 // tasks_per_benchmark)][:tasks_per_benchmark]:
                 for name, policy in (("no_memory", agent), ("random", RandomPolicy(seed=0)),
                                      ("walkthrough", WalkthroughPolicy())):
                     ep = ap_gym.run_episode(env, policy.eval(), task_id=task_id, seed=0)
@@ -75,7 +75,7 @@ def run_demo(tasks_per_benchmark: int = 3, out: str | Path = "results/demo", bac
     with open(out / "episodes.jsonl", "w") as f:  # the results format's lines, one per episode
         for index, (bench, name, ep) in enumerate(rows):
             f.write(EpisodeLine.of("eval", 0, index, bench, name, 0, 1, ep).to_json() + "\n")
-    summary = {}
+    summary: dict[str, dict[str, int]] = {}
     for bench, name, ep in rows:
         s = summary.setdefault(f"{bench}/{name}", {"episodes": 0, "successes": 0, "steps": 0})
         s["episodes"] += 1

@@ -50,7 +50,8 @@ def cut_tokens(text: str, tokens: int) -> str:
     """``text`` cut to about ``tokens`` (whole words; ``[...]`` marks a cut)."""
     if tokens <= 0:
         return ""
-    out, used = [], 0
+    out: list[str] = []
+    used = 0
     for w in text.split():
         used += count_tokens(w)
         if used > tokens:
@@ -215,7 +216,7 @@ def commands_in(text: str, verbs: frozenset[str] | None = None) -> list[Command]
             if button:
                 verb, command = "click", f"click[{inner.lower()}]"
             elif bracketed:
-                verb, command = BRACKETED.fullmatch(inner).group(1).lower(), inner  # type: ignore[union-attr]
+                verb, command = BRACKETED.fullmatch(inner).group(1).lower(), inner  # type: ignore[union-attr]  # _quoted marks a span bracketed only when BRACKETED matches it
             else:
                 words = inner.lower().split()
                 if not words or words[0] not in ACTION_WORDS or len(words) > 10:

@@ -163,7 +163,7 @@ class LaneBackbone:
     def reset_cache(self) -> None:
         """A new episode on this lane: drop its KV cache, as an unbatched episode would."""
         if isinstance(self.batcher.inner, EpisodeCache):
-            self.batcher.inner.reset_cache((id(self.batcher), self.index))  # type: ignore[call-arg]
+            self.batcher.inner.reset_cache((id(self.batcher), self.index))  # type: ignore[call-arg]  # the inner backbone's reset_cache takes a lane key; the protocol's does not
 
     def describe(self) -> dict[str, Any]:
         return {**self.batcher.describe(), "batched_lanes": True}

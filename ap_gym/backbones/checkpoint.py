@@ -130,7 +130,7 @@ def publish_checkpoint(final: str | Path, write: Callable[[Path], object], meta:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Checkpoint(final, manifest["weights_sha256"], manifest["meta"], files)
+    return Checkpoint(final, str(manifest["weights_sha256"]), dict(meta or {}), files)
 
 
 def _fsync(path: Path) -> None:

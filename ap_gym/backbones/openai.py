@@ -214,9 +214,10 @@ class OpenAIBackbone:
         except _Retryable as e:
             limit = deadline_s or self.options.deadline_s
             if e.deadline:  # the server answered too slowly: a deadline, not an outage
-                raise Unreachable(f"{url} did not answer within the {limit:g} s deadline in {attempts} attempts ({e}): "
-                                  "the deadline ran out, the server may well be up; raise it (serving: "
-                                  "{deadline_s: ...} in the config, or --deadline)") from None
+                raise Unreachable(f"{url} did not answer in {attempts} attempts of at most {limit:g} s each ({e}): the "
+                                  "deadline ran out, which is not an outage (the server may be up and slow, or "
+                                  "hung); if it is up, raise the deadline (serving: {deadline_s: ...} in the "
+                                  "config, or --deadline)") from None
             raise Unreachable(f"{url} failed after {attempts} attempts of at most {limit:g}"
                               f" s each ({e}); is the server up? Deadlines and retries: serving: in the config, or "
                               "--deadline/--retries") from None
@@ -493,7 +494,7 @@ class OpenAIBackbone:
                 self._probe_faults.append(f"{method}: {len(lp)} log-probabilities for {2 * len(probe)} tokens, "
                                           f"some missing or not finite")
             self._scoring = None
-        return self._scoring  # type: ignore[return-value]
+        return self._scoring  # type: ignore[return-value]  # probed above: a method name or None, never False
 
     def _no_scoring(self) -> str:
         seen = "; ".join(getattr(self, "_probe_faults", [])) or "no answer"

@@ -58,9 +58,14 @@ __all__ = ["BackboneServer", "ServedModel", "ServerLimits", "build_app", "is_loo
 class ServedModel(Protocol):
     """What the routes need of a model (:class:`~ap_gym.backbones.serving.PromptScorer`)."""
 
-    identity: str
-    max_context: int
-    tokenizer: Any
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def max_context(self) -> int: ...
+
+    @property
+    def tokenizer(self) -> Any: ...
 
     def generate(self, messages: Sequence[Message], config: GenerationConfig, *, session: Any = None,
                  deadline: float | None = None) -> Completion: ...
@@ -430,7 +435,7 @@ def _prompt_ids(tokenizer: Any, prompt: str | Sequence[Any]) -> list[list[int]]:
     if isinstance(prompt, str):
         return [encode(prompt)]
     if prompt and all(isinstance(t, int) for t in prompt):
-        return [list(prompt)]  # type: ignore[arg-type]
+        return [list(prompt)]
     return [encode(p) if isinstance(p, str) else list(p) for p in prompt]
 
 

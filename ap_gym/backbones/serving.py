@@ -92,20 +92,20 @@ class PromptScorer:
         """
         import torch
 
-        prompts = [list(p) for p in prompts]
-        if not prompts or any(not p for p in prompts):
+        lists = [list(p) for p in prompts]
+        if not lists or any(not p for p in lists):
             raise ValueError("every prompt needs at least one token")
-        shortest = min(len(p) for p in prompts)
+        shortest = min(len(p) for p in lists)
         common = 0
-        while common < shortest - 1 and all(p[common] == prompts[0][common] for p in prompts):
+        while common < shortest - 1 and all(p[common] == lists[0][common] for p in lists):
             common += 1
-        groups = [(prompts[0][:common], list(range(len(prompts))))] if common else \
-            [(p[:-1], [k]) for k, p in enumerate(prompts)]
-        logprobs: list[list[float | None]] = [[] for _ in prompts]
-        next_tokens = [0] * len(prompts)
+        groups = [(lists[0][:common], list(range(len(lists))))] if common else \
+            [(p[:-1], [k]) for k, p in enumerate(lists)]
+        logprobs: list[list[float | None]] = [[] for _ in lists]
+        next_tokens = [0] * len(lists)
         with self.backbone.lock, torch.inference_mode():
             for prefix, members in groups:
-                self._group(prefix, [prompts[k][len(prefix):] for k in members], members, logprobs, next_tokens,
+                self._group(prefix, [lists[k][len(prefix):] for k in members], members, logprobs, next_tokens,
                             max_tokens_per_pass, chunk)
         return PromptLogprobs(logprobs, next_tokens)
 
@@ -126,7 +126,7 @@ class PromptScorer:
             head += logp[torch.arange(len(targets)), torch.tensor(targets, dtype=torch.long)].tolist()
             last = logp[-1]
         for k, suffix in zip(members, suffixes, strict=True):
-            first = [] if last is None else [float(last[suffix[0]])]
+            first: list[float | None] = [] if last is None else [float(last[suffix[0]])]
             logprobs[k] = head[:len(prefix)] + first if prefix else [None]
         for batch in token_chunks([len(s) for s in suffixes], max_tokens_per_pass):
             tokens, positions, spans = pack(suffixes, batch, len(prefix), whole=True)

@@ -24,6 +24,7 @@ from ap_gym.envs.base import (
     StartResult,
     StepResult,
     TextEnv,
+    text_env,
     text_space,
 )
 
@@ -39,6 +40,7 @@ __all__ = [
     "env_class",
     "resolve_benchmark",
     "short_name",
+    "text_env",
     "text_space",
 ]
 

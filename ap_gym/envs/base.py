@@ -47,6 +47,7 @@ __all__ = [
     "StepResult",
     "TextEnv",
     "sanitize_text",
+    "text_env",
     "text_space",
 ]
 
@@ -69,6 +70,15 @@ def text_space(max_length: int = MAX_TEXT_LENGTH) -> spaces.Text:
     """A Text space of printable characters that accepts the empty string, and that
     Gymnasium's async vector env can share between processes (:mod:`~ap_gym.envs.text_space`)."""
     return TextSpace(max_length=max_length, min_length=0, charset=PRINTABLE)
+
+
+def text_env(env: gym.Env[Any, Any]) -> TextEnv:
+    """The ap-gym text env under ``env``'s wrappers (its task ids, families, suite), or a
+    ``TypeError`` that names what it is instead."""
+    inner = env.unwrapped
+    if not isinstance(inner, TextEnv):
+        raise TypeError(f"{env} is not an ap-gym text env ({type(inner).__name__}): it has no task ids or suite")
+    return inner
 
 
 def sanitize_text(text: str, max_length: int = MAX_TEXT_LENGTH) -> str:

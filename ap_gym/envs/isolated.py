@@ -145,7 +145,7 @@ def isolated_map(fn: Callable[[Any], T], items: Sequence[Any], workers: int = 1,
                 _request(child, fn, (item,))
                 busy[child.conn] = (child, index)
             for conn in wait(list(busy)):
-                child, index = busy.pop(conn)  # type: ignore[index]
+                child, index = busy.pop(conn)  # type: ignore[call-overload]  # wait() types its items loosely
                 try:
                     results[index] = _answer(child)
                 except (EOFError, OSError) as e:

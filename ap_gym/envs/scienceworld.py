@@ -85,11 +85,13 @@ def _launch_gateway(classpath: str = "", die_on_exit: bool = True, cwd: str | No
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, cwd=cwd)
     deadline = time.monotonic() + (timeout_s or LAUNCH_TIMEOUT_S)
+    stdout = process.stdout
+    assert stdout is not None  # stdout=PIPE
     line = b""
     while not line.endswith(b"\n"):
         left = deadline - time.monotonic()
-        ready = select.select([process.stdout], [], [], max(0.0, left))[0] if left > 0 else []
-        chunk = os.read(process.stdout.fileno(), 64) if ready else b""
+        ready = select.select([stdout], [], [], max(0.0, left))[0] if left > 0 else []
+        chunk = os.read(stdout.fileno(), 64) if ready else b""
         if not chunk:  # the end of its output (it exited), or the deadline passed in silence
             why = "exited" if ready else f"did not start within {timeout_s or LAUNCH_TIMEOUT_S:g} s"
             process.kill()
@@ -99,7 +101,7 @@ def _launch_gateway(classpath: str = "", die_on_exit: bool = True, cwd: str | No
         line += chunk
     port = int(line.split(b"\n")[0])
     # drain what the JVM prints from now on: a full pipe would stop it
-    threading.Thread(target=lambda: [None for _ in iter(lambda: process.stdout.read(65536), b"")],
+    threading.Thread(target=lambda: [None for _ in iter(lambda: stdout.read(65536), b"")],
                      daemon=True, name="ap-gym scienceworld stdout").start()
     return port, process
 

@@ -273,7 +273,7 @@ class ShopEnv(TextEnv):
                     f"(Total results: {len(self._results)}) [SEP] {nav}{items}" if shown else
                     f"{head}Instruction: [SEP] {g.instruction} [SEP] [Back to Search] [SEP] No results.")
             return text, clicks
-        p = self.by_asin[self._item]
+        p = self._product()
         if page == "item":
             opts = " [SEP] ".join(f"{n} [SEP] " + " [SEP] ".join(v) for n, v in p.options.items())
             chosen = ", ".join(f"{n}: {v}" for n, v in self._selected.items()) or "none"
@@ -287,10 +287,17 @@ class ShopEnv(TextEnv):
         return f"{head}Instruction: [SEP] {g.instruction} [SEP] [Back to Search] [SEP] [< Prev] [SEP] {body}", \
             ["back to search", "< prev"]
 
+    def _product(self) -> Product:
+        """The product whose page is open (every item page has one)."""
+        if self._item is None:
+            raise RuntimeError("no product page is open")
+        return self.by_asin[self._item]
+
     # -------------------------------------------------------------- hooks
     def _start(self, task_id: str, options: Mapping[str, Any]) -> StartResult:
         self._goal = self.goal(task_id)
-        self._page, self._results, self._result_page = "search", [], 0
+        self._page, self._result_page = "search", 0
+        self._results: list[str] = []
         self._item: str | None = None
         self._selected: dict[str, str] = {}
         text, clicks = self._render()
@@ -334,13 +341,13 @@ class ShopEnv(TextEnv):
         elif target in ("description", "features"):
             self._page = target
         elif target == "buy now":
-            p = self.by_asin[self._item]
+            p = self._product()
             r = shop_reward(self._goal, p, self._selected)
             text = f"Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] {r:.2f}"
             return StepResult(text, round(100 * r, 4), won=r >= 1.0, lost=r < 1.0, valid=True,
                               admissible_commands=[] if self._admissible else None, extra={"reward": r})
         else:  # an option value
-            p = self.by_asin[self._item]
+            p = self._product()
             for name, values in p.options.items():
                 if target in values:
                     self._selected[name] = target

@@ -70,7 +70,7 @@ class SharedTexts(Sequence[str]):
         self._buffer = buffer
         self._n = n
 
-    def __getitem__(self, index: int | slice) -> Any:  # type: ignore[override]
+    def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
             return tuple(self[i] for i in range(*index.indices(self._n)))
         if index < 0:

@@ -78,7 +78,7 @@ def _suite() -> list[GameSpec]:
     specs: list[GameSpec] = []
     rewards = ["dense", "balanced", "sparse"]
     for i in range(15):
-        settings = (("rewards", rewards[i % 3]), ("goal", "brief"), ("test", False))
+        settings: tuple[tuple[str, Any], ...] = (("rewards", rewards[i % 3]), ("goal", "brief"), ("test", False))
         specs.append(GameSpec("tw-simple", settings, 100 + i, difficulty=i % 3))
     for i, level in enumerate([1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 102, 104, 106, 108, 110]):
         specs.append(GameSpec("tw-coin_collector", (("level", level),), 200 + i, difficulty=level))
@@ -292,7 +292,7 @@ def first_observation(feedback: str, objective: str) -> str:
 
 def _section(text: str, title: str) -> list[str]:
     lines = text.split(title, 1)[1].splitlines() if title in text else []
-    out = []
+    out: list[str] = []
     for line in lines[1:] if lines and not lines[0].strip() else lines:
         if not line.strip():
             if out:
@@ -557,7 +557,7 @@ def textworld_facts(game: Mapping[str, Any], task_id: str, family: str) -> World
         needs.update({verb: tuple(o for o in objects if "knife" in o) for verb in _CUTTING})
     if closed:
         needs["closed"] = tuple(sorted(set(closed)))
-    plan = (game.get("metadata") or {}).get("walkthrough") or \
+    plan: list[str] = (game.get("metadata") or {}).get("walkthrough") or \
         next((q.get("commands") for q in game.get("quests") or [] if q.get("commands")), [])
     return WorldFacts(task_id, family, where, needs, tuple(plan), tuple(objects), "TextWorld game facts")
 

@@ -73,7 +73,7 @@ class WebShopEnv(TextEnv):
                  admissible_commands: bool = True, render_mode: str | None = None) -> None:
         super().__init__(split=split, admissible_commands=admissible_commands, render_mode=render_mode)
         try:
-            from web_agent_site.envs import WebAgentTextEnv  # type: ignore[import-not-found]
+            from web_agent_site.envs import WebAgentTextEnv
         except ImportError as e:
             raise APGymError(INSTALL) from e
         self._env = WebAgentTextEnv(observation_mode="text", num_products=num_products)

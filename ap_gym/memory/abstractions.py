@@ -88,13 +88,14 @@ class AbstractionStore(EmbeddedTable):
     def ids(self, kind: str | None = None, not_below: tuple[int, float] | None = None) -> list[int]:
         """Active abstractions' ids, in order: of one ``kind``, and without those that have
         at least ``not_below[0]`` uses and a score below ``not_below[1]``."""
-        where, args = ["active=1"], []
+        where: list[str] = ["active=1"]
+        args: list[Any] = []
         if kind is not None:
             where.append("kind=?")
             args.append(kind)
         if not_below is not None:
             where.append("NOT (uses>=? AND score<?)")
-            args += list(not_below)
+            args += [*not_below]
         rows = self.db.execute(f"SELECT id FROM abstractions WHERE {' AND '.join(where)} ORDER BY id", args)
         return [r[0] for r in rows]
 

@@ -154,7 +154,8 @@ class MemoryDB:
                 self.conn.execute("PRAGMA journal_mode=WAL")
                 if self.meta("uuid") is None:  # written by an older ap-gym
                     self.set_meta("uuid", uuid.uuid4().hex)
-            self.dim = int(self.meta("embedding_dim")) if self.meta("embedding_dim") else embedding_dim
+            stored_dim = self.meta("embedding_dim")
+            self.dim = int(stored_dim) if stored_dim else embedding_dim
             self.embedder = self.meta("embedder") or embedder
             if embedding_dim is not None and self.dim is not None and embedding_dim != self.dim:
                 raise StoreError(self._dim_message(embedding_dim))

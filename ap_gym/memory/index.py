@@ -147,7 +147,7 @@ class HNSWIndex:
         if len(self) == 0 or k <= 0:
             return _EMPTY
         q = np.ascontiguousarray(np.asarray(query, dtype=np.float32).reshape(1, self.dim))
-        params = faiss.SearchParametersHNSW()
+        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # faiss's stubs lack its SWIG classes
         params.efSearch = max(self.ef_search, k)
         if allowed is not None:
             allowed = np.asarray(allowed, dtype=np.int64)

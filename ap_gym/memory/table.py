@@ -97,6 +97,7 @@ class EmbeddedTable:
             cur = self.db.execute(
                 f"INSERT INTO {self.table} ({', '.join(columns)}) VALUES ({','.join('?' * len(columns))})",
                 [*row.values(), blob(vec)])
+            assert cur.lastrowid is not None  # an INSERT sets it
             new_id = int(cur.lastrowid)
             if then is not None:
                 then(new_id)

@@ -112,7 +112,7 @@ class TaskContext:
             answer = judge.synthesise("admission_judge", "admission", instruction=episode.instruction,
                                       outcome="success" if episode.success else "failure", text=text)
             return answer.strip().lower().startswith("yes")
-        return bool(self.admission(text, episode))  # type: ignore[operator]
+        return bool(self.admission(text, episode))  # type: ignore[operator]  # "llm" was handled above: a callable is left
 
     def keep_abstraction(self, text: str, episode: Episode, sources: list[int], vec: np.ndarray,
                          kind: str) -> int | None:

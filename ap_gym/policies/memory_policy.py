@@ -375,7 +375,7 @@ def design_policy(design: type[Any], class_name: str) -> type[MemoryPolicy]:
                              (f.default_factory() if f.default_factory is not dataclasses.MISSING
                               else inspect.Parameter.empty)) for f in fields]
     self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    __init__.__signature__ = inspect.Signature([self_param, *_DESIGN_OPTIONS, *own])  # type: ignore[attr-defined]
+    __init__.__signature__ = inspect.Signature([self_param, *_DESIGN_OPTIONS, *own])  # type: ignore[attr-defined]  # the options' signature, read by the registry
     __init__.__annotations__ = {**typing.get_type_hints(MemoryPolicy.__init__),
                                 **{f.name: hints.get(f.name, Any) for f in fields}}
     __init__.__annotations__.pop("design", None)

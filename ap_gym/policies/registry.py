@@ -134,7 +134,7 @@ def register_policy(name: str, *, needs: Iterable[str] = (), supports: Iterable[
         if inspect.isclass(obj):
             _record_arguments(obj, name)
         doc = (inspect.getdoc(obj) or "").strip().splitlines()
-        _REGISTRY[name] = PolicyInfo(name, obj, needs, supports, doc[0] if doc else "")  # type: ignore[arg-type]
+        _REGISTRY[name] = PolicyInfo(name, obj, needs, supports, doc[0] if doc else "")  # type: ignore[arg-type]  # a class or a factory: both build the policy
         return obj
 
     return decorate
@@ -173,7 +173,7 @@ def _record_arguments(cls: type, name: str) -> None:
             self.__dict__["_spec"] = {"name": name, "options": {**arguments, **extra}}
         init(self, *args, **kwargs)
 
-    cls.__init__ = __init__  # type: ignore[misc]
+    cls.__init__ = __init__  # type: ignore[misc]  # records the constructor's arguments (spec_of)
 
 
 def get_policy(name: str) -> PolicyInfo:

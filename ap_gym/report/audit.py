@@ -97,9 +97,10 @@ class SourceRecord:
 
 
 class Labeller(Protocol):
-    """Labels one abstraction given its source records (possibly none)."""
+    """Labels one abstraction given its source records (possibly none). A plain ``bool``
+    is read as a label without reasons (a study's ground-truth rule)."""
 
-    def __call__(self, text: str, sources: Sequence[SourceRecord] = ()) -> Label: ...
+    def __call__(self, text: str, sources: Sequence[SourceRecord] = ()) -> Label | bool: ...
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,7 @@ class AnyOf:
     labellers: Sequence[Labeller]
 
     def __call__(self, text: str, sources: Sequence[SourceRecord] = ()) -> Label:
-        labels = [lab(text, sources) for lab in self.labellers]
+        labels = [_label(lab, text, sources) for lab in self.labellers]
         return Label(any(x.flagged for x in labels), tuple(r for x in labels for r in x.reasons))
 
 

@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ap_gym.protocol.results import EpisodeLine, load_episodes, setting_dirs
-from ap_gym.report.audit import audit_setting, rejected_items
+from ap_gym.report.audit import Labeller, audit_setting, rejected_items
+from ap_gym.report.labels import Label
 from ap_gym.report.stats import difference, proportion
 from ap_gym.report.tables import Table
 
@@ -30,7 +31,12 @@ def _final(lines: list[EpisodeLine]) -> tuple[list[EpisodeLine], list[EpisodeLin
     return [x for x in evals if x.header.iteration == last], [x for x in evals if x.header.iteration == -1]
 
 
-def injection_tables(run_dir: str | Path, labeller: Callable[..., bool], bought_at_once: Callable[..., bool],
+def flagged(label: Label | bool) -> bool:
+    """A labeller's verdict as a flag (a ``Label`` object is always truthy: read its flag)."""
+    return label.flagged if isinstance(label, Label) else bool(label)
+
+
+def injection_tables(run_dir: str | Path, labeller: Labeller, bought_at_once: Callable[..., bool],
                      placements: dict[str, Sequence[str]]) -> list[Table]:
     """The headline (discard against persist) and every arm's figures."""
     run_dir = Path(run_dir)
@@ -43,7 +49,7 @@ def injection_tables(run_dir: str | Path, labeller: Callable[..., bool], bought_
         finals[label] = final
         wins = sum(x.header.success for x in final)
         at_once = sum(bought_at_once([s.action for s in x.steps]) for x in final)
-        wrong = sum(labeller(_guidance_rules(x.header.policy_info.get("guidance") or "")) for x in final)
+        wrong = sum(flagged(labeller(_guidance_rules(x.header.policy_info.get("guidance") or ""))) for x in final)
         audit = audit_setting(directory, rejected_items(x.header for x in mine), label, labeller)
         est = audit.row.estimates() if audit is not None else {}
         rows.append([label, ", ".join(placements.get(label, ())) or "-",

@@ -195,12 +195,12 @@ def calls(r: Results) -> Table:
                                        for x in mean_std([y for y in v[k] if not math.isnan(y)])), parse])
     if len(r.settings) > 1:  # each setting's mean over seeds, then their mean (± std over settings)
         for m in r.order:
-            mine = [s for s in r.settings if (s, m) in per["calls"]]
-            if not mine:
+            covered = [s for s in r.settings if (s, m) in per["calls"]]
+            if not covered:
                 continue
-            means = {k: [mean_std([y for y in per[k][(s, m)] if not math.isnan(y)])[0] for s in mine] for k in per}
+            means = {k: [mean_std([y for y in per[k][(s, m)] if not math.isnan(y)])[0] for s in covered] for k in per}
             means = {k: [y for y in v if not math.isnan(y)] for k, v in means.items()}
-            rows.append([_name(r, m), f"mean over settings ({len(mine)})", "", _pm(means["calls"], digits=2),
+            rows.append([_name(r, m), f"mean over settings ({len(covered)})", "", _pm(means["calls"], digits=2),
                          _pm(means["acting"], digits=2), _pm(means["other"], digits=2), _pm(means["tokens"], digits=0),
                          _pm(means["steps"]), _pm(means["score"]), ""])
             data.append([m, "mean over settings", "", *(round(x, 4) for k in keys for x in mean_std(means[k])), ""])

@@ -42,6 +42,7 @@ import gymnasium as gym
 from pydantic import Field
 
 from ap_gym.backbones.scripted import ScriptedActor, shown_records
+from ap_gym.envs.shop import ShopEnv
 from ap_gym.options import Options
 from ap_gym.protocol import RunConfig
 from ap_gym.protocol.loop import Runner
@@ -75,6 +76,14 @@ ARMS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
 AGENT = {"action_mode": "generate", "list_admissible": True, "max_admissible_listed": 500, "history_window": 100,
          "max_observation_chars": 4000}
 
+
+
+def _shop(env: gym.Env[Any, Any]) -> ShopEnv:
+    """The Shop under ``env``'s wrappers (the study's goals and oracle plans are its own)."""
+    inner = env.unwrapped
+    if not isinstance(inner, ShopEnv):
+        raise TypeError(f"the injection study plays the Shop, not {type(inner).__name__}")
+    return inner
 
 class Injection(Options):
     """The study's parameters (see the module docstring)."""
@@ -150,7 +159,7 @@ class Study:
         self.config = config
         self.out = Path(out)
         self.env = gym.make("ap_gym/Shop-v0", optionless=config.optionless, max_episode_steps=config.max_steps)
-        shop = self.env.unwrapped
+        shop = _shop(self.env)
         self.train_ids, self.test_ids = shop.task_ids("train"), shop.task_ids("test")
         walkthroughs = {shop.goal(t).instruction: shop.oracle_actions(t) for t in self.train_ids + self.test_ids}
         self.actor = ScriptedActor(walkthroughs, synthesiser(config.copying, config.base_error),
@@ -207,7 +216,7 @@ class Study:
 
     def record(self, memory: Any, task: str, at_once: bool) -> tuple[dict[str, Any], Any]:
         """A played record of ``task``: the oracle's, or buying at once; with its embedding."""
-        shop = self.env.unwrapped
+        shop = _shop(self.env)
         plan = shop.oracle_actions(task)
         if at_once:
             plan = [a for a in plan if a.startswith(("search[", "click[next", "click[b0")) or a == "click[buy now]"]
@@ -262,7 +271,7 @@ def dose_response(out: str | Path, config: Injection, progress: bool = False) ->
     from ap_gym.protocol.results import load_headers
 
     shares = [*config.dose_shares, config.share]
-    out_rows = []
+    out_rows: list[dict[str, Any]] = []
     for k, share in enumerate(shares):
         arm_config = config.model_copy(update={"share": share, "seed": config.seed + 1 + k,
                                                "arms": ("anti_persistence", "ap_persist"), "dose_shares": ()})
@@ -355,13 +364,14 @@ def exposure_check(study: Study, config: Injection, n: int, format_record: Any, 
     oracle's, with options) and flagged ones (bought at once, and won: optionless)."""
     from ap_gym.memory import Record
 
-    shop = study.env.unwrapped
+    shop = _shop(study.env)
 
     class _Embed:  # records need no embedding here
         def embed_task(self, *_: Any) -> None:
             return None
 
-    clean, flagged = [], []
+    clean: list[str] = []
+    flagged: list[str] = []
     for task in study.train_ids[:60]:
         at_once = shop.goal(task).category in config.optionless
         record, _ = study.record(_Embed(), task, at_once=at_once)

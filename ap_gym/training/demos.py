@@ -106,7 +106,7 @@ class Demonstrator(ReActAgent):
     def __init__(self, agent: AgentConfig | Mapping[str, Any] | None = None) -> None:
         config = AgentConfig.coerce(agent).replace(action_mode="generate")  # the plan answers through act_on
         self.plan_backbone = ExpertPlan()
-        super().__init__(self.plan_backbone, config)  # type: ignore[arg-type]
+        super().__init__(self.plan_backbone, config)  # type: ignore[arg-type]  # the plan acts on commands; it neither scores nor generates
         self.reset_options = {"admissible_commands": True, "walkthrough": True}
 
     def _begin(self, observation: str, info: Mapping[str, Any]) -> None:

@@ -119,7 +119,8 @@ class Viewer:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
-        for closing in [*self._search.values(), *self.indexes]:
+        closings: list[Any] = [*self._search.values(), *self.indexes]
+        for closing in closings:
             try:
                 closing.close()
             except Exception as e:  # a deleted run's files: nothing left to lose
@@ -184,7 +185,8 @@ class Viewer:
         for k, ix in enumerate(self.indexes):
             config = ix.meta.get("config") or {}
             backbone = ix.meta.get("backbone")
-            policies = config.get("policies") if isinstance(config.get("policies"), list) else []
+            listed = config.get("policies")
+            policies = listed if isinstance(listed, list) else []
             out.append({"run": k, "path": str(ix.run), "name": ix.run.name,
                         "description": config.get("description"), "version": ix.meta.get("ap_gym_version"),
                         "backbone": backbone.get("identity") if isinstance(backbone, dict) else backbone,

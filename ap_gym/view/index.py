@@ -675,5 +675,5 @@ def curves(settings: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _avg(xs: Sequence[float | None]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
+    known = [x for x in xs if x is not None]
+    return sum(known) / len(known) if known else None

@@ -51,7 +51,7 @@ def training_logs(paths: Sequence[str | Path]) -> dict[str, Any]:
         if rows and all(r.get("episodes") is not None for r in rows):
             seen = 0.0
             for r in rows:
-                seen += r["episodes"]
+                seen += float(r["episodes"] or 0.0)
                 r["episodes_seen"] = seen
         metrics = sorted({k for r in rows for k, v in r.items() if k != "update" and v is not None})
         name = str(header.get("run") or path.parent.name)

@@ -70,7 +70,8 @@ class HoldWhenDone(gym.Wrapper[str, str, str, str]):
         obs, reward, terminated, truncated, info = self.env.step(action)
         if terminated or truncated:
             self._held = (obs, info)
-        return obs, reward, False, False, {**info, "active": True, "terminated": terminated, "truncated": truncated}
+        return obs, float(reward), False, False, {**info, "active": True, "terminated": terminated,
+                                                  "truncated": truncated}
 
 
 def _unbatch(infos: dict[str, Any], n: int) -> list[dict[str, Any]]:
@@ -119,7 +120,7 @@ class GroupVectorEnv(VectorWrapper):
         self._counter = 0
         self._episode = np.zeros(self.groups, dtype=np.int64)  # the counter value of each group's episode
         self._done = np.zeros(env.num_envs, dtype=bool)
-        self._pending = np.zeros(self.groups, dtype=bool)
+        self._pending: np.ndarray[Any, Any] = np.zeros(self.groups, dtype=bool)
         self._obs: list[str] = [""] * env.num_envs
 
     def group_of(self, index: int) -> int:
@@ -141,13 +142,13 @@ class GroupVectorEnv(VectorWrapper):
         rewards = np.asarray(rewards, dtype=np.float64).copy()
         terminations = np.array([bool(info.pop("terminated", False)) for info in per_env])
         truncations = np.array([bool(info.pop("truncated", False)) for info in per_env])
-        self._done |= terminations | truncations
+        self._done = np.asarray(self._done | terminations | truncations)
         if pending.any():
             _, reset_infos = self._reset_groups(pending, None)
             for i in np.flatnonzero(np.repeat(pending, self.group_size)):
                 rewards[i], terminations[i], truncations[i] = 0.0, False, False
                 per_env[i] = {**reset_infos[i], "group_reset": True}
-        self._pending = self._done.reshape(self.groups, self.group_size).all(axis=1)
+        self._pending = np.asarray(self._done.reshape(self.groups, self.group_size).all(axis=1))
         return tuple(self._obs), rewards, terminations, truncations, self._batch(per_env)
 
     def _reset_groups(self, groups: np.ndarray, options: dict[str, Any] | None) -> tuple[Any, list[dict[str, Any]]]:
@@ -168,7 +169,9 @@ class GroupVectorEnv(VectorWrapper):
             opts = {**(options or {}), "reset_mask": mask.copy()}
             if task is not None:
                 opts["task_id"] = task
-            obs, infos = self.env.reset(seed=[s if m else None for s, m in zip(seeds, mask, strict=True)], options=opts)
+            # a vector env takes one seed per member (Gymnasium's VectorEnv annotates an int only)
+            member_seeds: Any = [s if m else None for s, m in zip(seeds, mask, strict=True)]
+            obs, infos = self.env.reset(seed=member_seeds, options=opts)
             for i, info in enumerate(_unbatch(infos, self.num_envs)):
                 if mask[i]:
                     self._obs[i] = obs[i]

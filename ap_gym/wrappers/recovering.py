@@ -57,7 +57,7 @@ class RecoveringVectorEnv(VectorWrapper):
             self.env = self._build()
             self._broken = None
         try:
-            return self.env.reset(seed=seed, options=options)
+            return self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]  # a seed per env is valid
         except (Exception, EOFError) as e:
             failure = self._failed(e)
             if failure is e:

@@ -100,7 +100,7 @@ def test_a_short_deadline_is_said_to_be_a_deadline_not_an_outage():
     def handler(request):
         raise httpx.ReadTimeout("slow", request=request)
 
-    with pytest.raises(BackboneError, match="deadline ran out") as caught:
+    with pytest.raises(BackboneError, match="deadline ran out, which is not an outage") as caught:
         _served(handler)._next_logprobs([([1], [5])], deadline_s=0.5)
     assert "is the server up" not in str(caught.value)
 
