@@ -87,7 +87,7 @@ def run_demo(tasks_per_benchmark: int = 3, out: str | Path = "results/demo", bac
     return 0
 
 
-def trained_demo(out: str | Path = "results", checkpoint: str | None = None, tasks: int = 6,
+def trained_demo(out: str | Path = "results", checkpoint: str | None = None, tasks: int = 3,
                  max_steps: int = 30) -> int:
     """The agent ``ap-gym train`` made (the first of :data:`TRAINED` that exists, or
     ``checkpoint``) beside the untrained model and the best simple rule on ``tasks`` held-out

@@ -248,3 +248,26 @@ def test_ctrl_c_ends_a_command_with_one_line_and_no_traceback(tmp_path, command,
                     f"stdout {out[-300:]!r} stderr {err[-1500:]!r}")
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
     assert proc.returncode in (0, 130)
+
+
+def test_the_demo_without_a_trained_agent_says_how_to_make_one(tmp_path, monkeypatch, capsys):
+    from ap_gym.demo import trained_demo
+
+    monkeypatch.chdir(tmp_path)  # no results/train here
+    assert trained_demo(out=tmp_path / "results") == 0
+    said = capsys.readouterr().out
+    assert "ap-gym train benchmarks/train/alfworld-sft.yaml" in said and "2 CPU cores" in said
+
+
+@pytest.mark.slow
+def test_the_demo_shows_a_trained_agent_beside_the_untrained_model_and_the_rule(tmp_path, capsys):
+    from ap_gym.backbones.hf import TransformersBackbone, tiny_llama
+    from ap_gym.demo import trained_demo
+    from ap_gym.training import publish_checkpoint
+
+    model, tokenizer = tiny_llama(seed=0)
+    checkpoint = publish_checkpoint(tmp_path / "ckpt", TransformersBackbone(model, tokenizer=tokenizer).save).path
+    assert trained_demo(out=tmp_path / "results", checkpoint=str(checkpoint), tasks=2, max_steps=3) == 0
+    said = capsys.readouterr().out
+    for row in ("trained model", "untrained model", "rule"):
+        assert row in said, said[-2000:]
