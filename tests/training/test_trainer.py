@@ -273,3 +273,18 @@ def test_ap_gym_train_help_and_a_bad_config_say_what_to_do(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ap_gym.cli", "train", str(bad)], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and "stages.0.sft.lr" in done.stderr
+
+
+@pytest.mark.slow
+def test_scienceworld_gold_paths_are_demonstrations_too():
+    """ScienceWorld's gold path, played through the agent's prompt, wins and gives one
+    demonstration per step (the recipe benchmarks/train/scienceworld-sft.yaml)."""
+    env = gym.make("ap_gym/ScienceWorld-v0", split="train")
+    try:
+        task = env.unwrapped.task_ids("train")[0]
+        demos, counts = demonstrations(env, [task], agent={"history_window": 6, "max_admissible_listed": 60})
+    finally:
+        env.close()
+    assert counts["won"] == 1 and len(demos) >= 3
+    assert all(d.task_id == task and d.messages[-1]["role"] == "user" for d in demos)
+    TrainConfig.from_file(ROOT / "benchmarks" / "train" / "scienceworld-sft.yaml")
