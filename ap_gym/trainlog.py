@@ -72,6 +72,8 @@ class TrainingLog:
     @staticmethod
     def header(path: str | Path) -> dict[str, Any] | None:
         """The header of a training log, or ``None`` when ``path`` is not one."""
+        if not Path(path).is_file():  # a FIFO would block the read: not a log
+            return None
         try:
             with open(path, encoding="utf-8") as f:
                 first = json.loads(f.readline())

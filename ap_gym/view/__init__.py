@@ -66,6 +66,10 @@ class Viewer:
         self.paths = [Path(r) for r in runs]
         # not a run (no config.json) but training logs: the Training page's; anything else is a run, refused
         # by RunIndex with its reason when it is not one
+        for p in self.paths:
+            if p.is_file() and not find_logs([p]):
+                raise ValueError(f"{p} is neither a run directory nor a training log (training.jsonl): give ap-gym "
+                                 "view a run (results/<name>), a folder of runs or logs, or a training log")
         logs_only = [p for p in self.paths if p.is_file() or (not (p / "config.json").exists() and find_logs([p]))]
         self.indexes = [RunIndex(r, rebuild=rebuild) for r in self.paths if r not in logs_only]
         self._reports: dict[int, tuple[str, dict[str, Any]]] = {}

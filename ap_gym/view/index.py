@@ -229,8 +229,11 @@ def _index_path(run: Path) -> Path:
     local = run / ".view"
     with contextlib.suppress(OSError):
         local.mkdir(exist_ok=True)
-        if os.access(local, os.W_OK):
-            return local / "index.sqlite"
+        target = local / "index.sqlite"
+        if os.access(local, os.W_OK) and (target.is_file() or not target.exists()):
+            return target
+        if target.exists():  # a directory (or anything not a file) in the index's place: the cache instead
+            log.warning("%s is not a file; the view index goes to the cache instead", target)
     name = hashlib.sha256(str(run.resolve()).encode()).hexdigest()[:16]
     return cache_dir("view", name) / "index.sqlite"
 

@@ -9,6 +9,7 @@ benchmark's ``results/learning``), or one log file.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Any
 from ap_gym.trainlog import FILENAME, TrainingLog
 
 __all__ = ["find_logs", "training_logs"]
+
+log = logging.getLogger(__name__)
 
 
 def find_logs(paths: Iterable[str | Path]) -> list[Path]:
@@ -28,6 +31,9 @@ def find_logs(paths: Iterable[str | Path]) -> list[Path]:
         candidates = [path] if path.is_file() else sorted(
             p for p in path.rglob(FILENAME) if ".view" not in p.relative_to(path).parts)
         for p in candidates:
+            if not p.is_file():  # a FIFO or a device named training.jsonl would block the reader: skipped
+                log.warning("ap-gym view: %s is not a regular file; skipped", p)
+                continue
             if p.resolve() not in seen and TrainingLog.header(p) is not None:
                 seen.add(p.resolve())
                 found.append(p)
@@ -56,6 +62,9 @@ def training_logs(paths: Sequence[str | Path]) -> dict[str, Any]:
         metrics = sorted({k for r in rows for k, v in r.items() if k != "update" and v is not None})
         name = str(header.get("run") or path.parent.name)
         rule = header.get("rule")
+        rule = str(rule) if rule is not None else None  # a header written by hand may hold a number
+        config = header.get("config")
         logs.append({"id": i, "path": str(path), "name": name if not rule or rule in name else f"{name} ({rule})",
-                     "rule": rule, "config": header.get("config") or {}, "metrics": metrics, "rows": rows})
+                     "rule": rule, "config": config if isinstance(config, dict) else {}, "metrics": metrics,
+                     "rows": rows})
     return {"logs": logs}

@@ -287,3 +287,18 @@ def test_built_conditions_and_groups_agree_with_the_jsonl(view_run):
     with pytest.raises(ValueError, match="group by"):
         ix.groups(["file"], {})
     ix.close()
+
+
+def test_a_directory_in_the_index_files_place_sends_the_index_to_the_cache(view_run, tmp_path, monkeypatch):
+    """`.view/index.sqlite` as a directory gave a raw IsADirectoryError; the index is a cache."""
+    from tests.helpers import copy_run
+
+    monkeypatch.setenv("AP_GYM_CACHE", str(tmp_path / "cache"))
+    run = copy_run(view_run, tmp_path)
+    (run / ".view" / "index.sqlite").mkdir(parents=True)
+    ix = RunIndex(run)
+    try:
+        assert ix.path.is_file() and str(tmp_path / "cache") in str(ix.path)
+        assert len(list(ix.all_rows())) == len(load_episodes(run))
+    finally:
+        ix.close()

@@ -62,3 +62,36 @@ def test_the_log_refuses_non_numbers_and_reads_the_older_header_key(tmp_path):
     old.write_text('{"schema": "ap-gym-training/1", "run": "old", "rule": "grpo"}\n{"update": 1, "reward": 0.5}\n')
     assert TrainingLog.header(old)["run"] == "old" and TrainingLog.read(old) == [{"update": 1, "reward": 0.5}]
     assert find_logs([tmp_path / "old"]) == [old]
+
+
+def test_a_log_whose_rule_is_a_number_or_a_fifo_named_like_a_log_hides_nothing(tmp_path):
+    """One log whose header's rule was a number gave /api/training a 500 (every log hidden); a
+    FIFO named training.jsonl hung `ap-gym view`."""
+    import os
+
+    from fastapi.testclient import TestClient
+
+    from ap_gym.view.app import create_app
+
+    _log(tmp_path / "runs" / "good" / "training.jsonl", "grpo", 2)
+    odd = tmp_path / "runs" / "odd" / "training.jsonl"
+    odd.parent.mkdir(parents=True)
+    odd.write_text(json.dumps({"format": "ap-gym-training/1", "run": "odd", "rule": 7, "config": [1]}) + "\n"
+                   + json.dumps({"update": 1, "loss": 0.5}) + "\n")
+    (tmp_path / "runs" / "pipe").mkdir()
+    os.mkfifo(tmp_path / "runs" / "pipe" / "training.jsonl")
+    viewer = Viewer([tmp_path / "runs"])
+    try:
+        answer = TestClient(create_app(viewer), base_url="http://127.0.0.1").get("/api/training")
+        assert answer.status_code == 200
+        names = sorted(log["name"] for log in answer.json()["logs"])
+        assert names == ["odd (7)", "r/grpo"]
+    finally:
+        viewer.close()
+
+
+def test_a_file_that_is_not_a_training_log_is_refused_with_what_view_takes(tmp_path):
+    other = tmp_path / "notes.txt"
+    other.write_text("hello\n")
+    with pytest.raises(ValueError, match="neither a run directory nor a training log"):
+        Viewer([other])
