@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import re
 import sqlite3
 import tempfile
 from collections import defaultdict
@@ -102,10 +103,14 @@ def parse_conditions(value: Any) -> list[tuple[str, str, Any]]:
         return []
     try:
         items = json.loads(value) if isinstance(value, str) else value
+    except RecursionError:
+        raise ValueError("where= is nested too deeply: give a flat list of [column, op, value]") from None
     except ValueError as e:
         raise ValueError(f"where= is not JSON ({e}); give a list of [column, op, value]") from None
     if not isinstance(items, list):
         raise ValueError("where= must be a JSON list of [column, op, value]")
+    if len(items) > MAX_CONDITIONS:
+        raise ValueError(f"where= holds {len(items)} conditions; at most {MAX_CONDITIONS} are taken")
     out = []
     for item in items:
         if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, str | int | float) for x in item)):
@@ -121,10 +126,28 @@ def parse_conditions(value: Any) -> list[tuple[str, str, Any]]:
         if column in NUMERIC:
             try:
                 raw = float(raw)
+            except OverflowError:
+                raw = math.inf  # refused below, with the limit
             except ValueError:
-                raise ValueError(f"{column} is numeric: {raw!r} is not a number") from None
+                raise ValueError(f"{column} is numeric: {str(raw)[:40]!r} is not a number") from None
+            if not math.isfinite(raw) or abs(raw) > MAX_NUMBER:
+                raise ValueError(f"{column}: {str(item[2])[:40]!r} is not a finite number of at most {MAX_NUMBER:g} "
+                                 "in size (NaN matches no row)")
         out.append((column, op, raw if column in NUMERIC else str(raw)))
     return out
+
+
+#: The most conditions a query takes, and the largest number a condition compares with.
+MAX_CONDITIONS = 64
+MAX_NUMBER = 1e15
+
+
+def _whole_filter(key: str, value: Any) -> int:
+    """A seed or iteration filter: a whole number SQLite can hold, or a clear 400."""
+    text = str(value).strip()
+    if not re.fullmatch(r"-?\d{1,15}", text):
+        raise ValueError(f"{key} is a whole number of at most 15 digits, not {text[:40]!r}")
+    return int(text)
 
 
 def _clause(filters: Mapping[str, Any], conditions: Sequence[tuple[str, str, Any]] = ()) -> tuple[str, list[Any]]:
@@ -137,7 +160,7 @@ def _clause(filters: Mapping[str, Any], conditions: Sequence[tuple[str, str, Any
         if value in (None, ""):
             continue
         where.append(f"{key} = ?")
-        args.append(int(value) if key in ("seed", "iteration") else str(value))
+        args.append(_whole_filter(key, value) if key in ("seed", "iteration") else str(value))
     for column, op, value in conditions:
         if op == "contains":  # a substring, case-insensitive; % and _ in it are literal
             where.append(f"CAST({column} AS TEXT) LIKE ? ESCAPE '\\'")

@@ -302,3 +302,25 @@ def test_a_directory_in_the_index_files_place_sends_the_index_to_the_cache(view_
         assert len(list(ix.all_rows())) == len(load_episodes(run))
     finally:
         ix.close()
+
+
+@pytest.mark.parametrize(("params", "said"), [
+    ({"where": json.dumps([["num_steps", "gt", 10**400]])}, "finite number"),
+    ({"where": "[" * 9990 + "]" * 9990}, "nested too deeply"),
+    ({"where": json.dumps([["id", "gt", 1]] * 1300, separators=(",", ":"))}, "at most 64"),
+    ({"seed": "1" * 30}, "at most 15 digits"),
+    ({"seed": "abc"}, "seed is a whole number"),
+    ({"where": '[["num_steps", "gt", NaN]]'}, "NaN matches no row"),
+])
+def test_the_viewers_query_is_bounded_and_refused_with_a_400_that_says_the_limit(view_run, params, said):
+    """Each of these gave a 500 (or, for NaN, silently no rows)."""
+    from fastapi.testclient import TestClient
+
+    viewer = Viewer([view_run])
+    try:
+        answer = TestClient(create_app(viewer), base_url="http://127.0.0.1").get("/api/run/0/episodes",
+                                                                                 params=params)
+        assert answer.status_code == 400, answer.text[:300]
+        assert said in answer.json()["detail"], answer.json()
+    finally:
+        viewer.close()
