@@ -22,6 +22,10 @@ from ap_gym.wrappers.reward import NormalisedReward
 __all__ = ["make_vec"]
 
 
+#: The most sub-envs one vector env builds (10**7 was still being built after 90 s).
+MAX_ENVS = 1024
+
+
 def make_vec(
     env_id: str,
     num_envs: int = 1,
@@ -56,6 +60,9 @@ def make_vec(
                         ("max_episode_steps", env_kwargs.get("max_episode_steps", 1))):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} is a whole number of at least 1, not {value!r}")
+    if num_envs > MAX_ENVS:
+        raise ValueError(f"num_envs={num_envs}: each sub-env holds its own engine (a process for TextWorld, ALFWorld "
+                         f"and ScienceWorld); at most {MAX_ENVS} are built in one vector env")
     if isinstance(tasks, str):
         raise ValueError(f"tasks is a list of task ids, not one string ({tasks!r}); pass [{tasks!r}]")
     if tasks is not None and not list(tasks):

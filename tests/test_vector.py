@@ -231,3 +231,20 @@ def test_group_episode_statistics_refuse_an_ordinary_vector_env():
             GroupEpisodeStatistics(envs)
     finally:
         envs.close()
+
+
+def test_a_closed_env_is_not_played_again_and_a_huge_vector_env_is_refused_at_once():
+    """A sync vector env could be stepped after close() (its engines started again, unseen);
+    make_vec(n=10**7) was still building after 90 s."""
+    import gymnasium as gym
+    import pytest
+
+    import ap_gym
+
+    envs = ap_gym.make_vec("ap_gym/Shop-v0", 2, vectorization_mode="sync", split="train")
+    envs.reset(seed=0)
+    envs.close()
+    with pytest.raises(gym.error.ClosedEnvironmentError):
+        envs.step(["search[shoes]", "search[shoes]"])
+    with pytest.raises(ValueError, match="at most 1024"):
+        ap_gym.make_vec("ap_gym/Shop-v0", 10**7)

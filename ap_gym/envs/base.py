@@ -265,9 +265,21 @@ class TextEnv(gym.Env[str, str]):
         """The engine lost the episode in progress: ``step`` now asks for a ``reset``."""
         self._task_id = None
 
+    def close(self) -> None:
+        """Closed for good: a later ``reset`` or ``step`` is refused (an engine would otherwise
+        start again, unseen, in an env its owner has let go of)."""
+        self._closed = True
+        super().close()
+
+    def _refuse_closed(self) -> None:
+        if getattr(self, "_closed", False):
+            raise gym.error.ClosedEnvironmentError(f"{self.benchmark}: this env was closed; make a new one "
+                                                   "(gym.make) to play again")
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
+        self._refuse_closed()
         super().reset(seed=seed)
         if options is not None and not isinstance(options, Mapping):
             raise TypeError(f"{self.benchmark}: reset options are a dict such as {{'task_id': ...}}, not "
@@ -317,6 +329,7 @@ class TextEnv(gym.Env[str, str]):
         return self._last_obs, dict(self._info)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self._refuse_closed()
         if self._task_id is None:
             raise gym.error.ResetNeeded("call reset() before step()")
         if self._done:

@@ -37,6 +37,7 @@ import json
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,10 +226,22 @@ def goal_of(game_file: Path, challenge: str) -> str | None:
     return goal
 
 
-def _work_out_goal(game_file: Path, challenge: str) -> str:
+#: TextWorld parses a game's logic with one module-level parser (tatsu), which is not
+#: thread-safe: lanes that start new games at once crashed it ("pop from empty list").
+_PARSER_LOCK = threading.Lock()
+
+
+def _load_game(path: Path) -> Any:
+    """``textworld.Game.load``, one thread at a time."""
     import textworld
 
-    game = textworld.Game.load(str(Path(game_file).with_suffix(".json")))
+    with _PARSER_LOCK:
+        return textworld.Game.load(str(path))
+
+
+def _work_out_goal(game_file: Path, challenge: str) -> str:
+
+    game = _load_game(Path(game_file).with_suffix(".json"))
     if challenge == "tw-cooking":
         recipe = game.metadata.get("recipe", "")
         ingredients = _section(recipe, "Ingredients:")
@@ -483,10 +496,9 @@ class TextWorldEnv(TextEnv):
 
     def walkthrough(self, task_id: str) -> list[str]:
         """The game's own walkthrough (TextWorld writes it into the game's metadata)."""
-        import textworld
 
         path = self.game_path(task_id)
-        walkthrough = textworld.Game.load(str(path.with_suffix(".json"))).metadata.get("walkthrough")
+        walkthrough = _load_game(path.with_suffix(".json")).metadata.get("walkthrough")
         if walkthrough is None:
             raise ValueError(f"game {path} carries no walkthrough (its .json metadata lacks one)")
         return list(walkthrough)

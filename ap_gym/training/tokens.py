@@ -209,6 +209,11 @@ def play_tokens(
     if max_turns < 1 or max_completion_tokens < 1:
         raise ValueError(f"max_turns and max_completion_tokens are at least 1, not {max_turns}, "
                          f"{max_completion_tokens}")
+    from gymnasium.spaces import Text
+
+    if not isinstance(env.observation_space, Text) or not isinstance(env.action_space, Text):
+        raise TypeError(f"play_tokens plays a text env (observations and actions are text: an ap-gym env); "
+                        f"{env.spec.id if env.spec else env} has {env.observation_space} and {env.action_space}")
     recorder = _Recorder(backbone, max_completion_tokens)
     policy = NoMemory(recorder, training_agent(generation, agent), seed=seed if sample_seed is None else sample_seed)
     with backbone.lock:

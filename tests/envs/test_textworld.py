@@ -203,3 +203,29 @@ def test_a_native_crash_of_the_engine_is_contained():
         env.step("look")
     finally:
         env.close()
+
+
+def test_games_are_loaded_one_thread_at_a_time():
+    """Lanes (threads) that start new games at once crashed TextWorld's module-level logic
+    parser ('IndexError: pop from empty list') while working out the games' goals."""
+    import threading
+
+    from ap_gym.envs.textworld import _work_out_goal, default_suite, ensure_game
+
+    spec = next(s for s in default_suite()["train"] if s.challenge == "tw-treasure_hunter")
+    game = ensure_game(spec)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(3):
+                assert _work_out_goal(game, spec.challenge).startswith("Find the")
+        except BaseException as e:  # noqa: BLE001  (surfaced below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:1]

@@ -118,3 +118,18 @@ def test_the_completion_budget_holds_from_the_first_reply():
                          generation=GenerationConfig(max_new_tokens=24, temperature=1.0))
     assert 0 < len(played.completion_ids) <= 10 and len(played.env_mask) == len(played.completion_ids)
     env.close()
+
+
+def test_play_tokens_refuses_an_env_that_is_not_a_text_env():
+    """It gave a bare AssertionError from inside CartPole's step."""
+    import gymnasium as gym
+    import pytest
+
+    from ap_gym.backbones.hf import TransformersBackbone, tiny_llama
+    from ap_gym.training import play_tokens
+
+    model, tokenizer = tiny_llama()
+    env = gym.make("CartPole-v1")
+    with pytest.raises(TypeError, match="text env"):
+        play_tokens(TransformersBackbone(model, tokenizer=tokenizer), env, max_turns=2)
+    env.close()
