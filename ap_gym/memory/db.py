@@ -147,7 +147,13 @@ class MemoryDB:
                     raise StoreError(f"{self.path} is empty; train a policy before evaluating it")
                 self._create(embedding_dim, embedder)
             elif not readonly and self._interrupted_creation(tables):
-                self._create(embedding_dim, embedder, tables=False)
+                if set(_expected_columns()) - tables:  # some tables never made it: start the empty file anew
+                    for table in sorted(tables):
+                        self.conn.execute(f"DROP TABLE IF EXISTS {table}")  # noqa: S608 (names read from the file)
+                    self.conn.commit()
+                    self._create(embedding_dim, embedder)
+                else:
+                    self._create(embedding_dim, embedder, tables=False)
             else:
                 self._check(tables)
             if not readonly:
@@ -205,13 +211,17 @@ class MemoryDB:
             raise
 
     def _interrupted_creation(self, tables: set[str]) -> bool:
-        """An older ap-gym created the tables and their meta rows in separate transactions: a
-        kill between them left every table of the schema, all empty, and no meta. That file
-        holds nothing: its creation is finished instead of refused."""
-        if set(_expected_columns()) - tables or self.conn.execute("SELECT COUNT(*) FROM meta").fetchone()[0]:
+        """An older ap-gym created the tables and their meta rows in separate transactions (and
+        the tables one by one): a kill in between left some or all of the schema's tables, all
+        empty, and no meta. That file holds nothing: its creation is finished instead of
+        refused ("belongs to None")."""
+        schema = set(_expected_columns())
+        if "meta" not in tables or tables - schema - {"sqlite_sequence"}:
+            return False  # a table of something else: not ours to finish
+        if self.conn.execute("SELECT COUNT(*) FROM meta").fetchone()[0]:
             return False
         return all(self.conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] == 0  # noqa: S608 (schema names)
-                   for t in _expected_columns())
+                   for t in tables & schema)
 
     def _check(self, tables: set[str]) -> None:
         if "meta" not in tables:

@@ -272,3 +272,26 @@ def test_a_memory_an_older_ap_gym_left_half_created_is_finished(tmp_path):
     conn.close()
     with pytest.raises(StoreError, match="not ap-gym"):
         MemoryDB(other, embedding_dim=4)
+
+
+def test_a_memory_left_with_only_some_of_its_tables_and_no_meta_is_finished(tmp_path):
+    """Round 4's own interrupted store: 4 of the schema's tables, all empty, an empty meta,
+    still stopped every resume with 'belongs to None'."""
+    import re
+
+    from ap_gym.memory.db import _SCHEMA, _expected_columns
+
+    statements = [s.strip() for s in _SCHEMA.split(";") if s.strip()]
+    tables = [s for s in statements if s.upper().startswith("CREATE TABLE")]
+    keep = [s for s in tables if re.search(r"CREATE TABLE (?:IF NOT EXISTS )?meta\b", s)] + \
+        [s for s in tables if not re.search(r"CREATE TABLE (?:IF NOT EXISTS )?meta\b", s)][:3]
+    path = tmp_path / "memory.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(";\n".join(keep) + ";")
+    conn.close()
+    assert len(keep) < len(_expected_columns())
+    db = MemoryDB(path, embedding_dim=4)  # the resume
+    assert db.meta("app") == "ap-gym memory"
+    TrajectoryStore(db).add(task_id="t/0", family="f", instruction="do it", steps=[], success=True, score=1.0,
+                            embedding=np.ones(4, dtype=np.float32), iteration=0)
+    db.close()
