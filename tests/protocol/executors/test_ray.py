@@ -67,9 +67,9 @@ def test_a_local_instance_runs_its_workers_at_the_drivers_niceness():
 
 def test_a_cluster_whose_workers_run_at_a_lower_priority_is_named(tmp_path, ray_cluster, caplog):
     """``ray start`` with Ray's defaults: the driver says so, and what to start the cluster with."""
-    from ap_gym.protocol.executors.ray import _check_niceness, init_ray
-
     import os
+
+    from ap_gym.protocol.executors.ray import _check_niceness, init_ray
 
     ray = init_ray(RunConfig.from_dict(ap_config(tmp_path, executor="ray", ray_address=ray_cluster)))
     # Ray adds its 15 to what `ray start` inherited (this process's niceness) and caps at 19: a
