@@ -113,6 +113,9 @@ def card(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help says what it does, and runs nothing
     items = yaml.safe_load(SET.read_text())["items"]
     rows = label_all(items, worlds_for(items))
     result = card(rows)

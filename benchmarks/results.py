@@ -39,6 +39,9 @@ within a section, not across sections.
 
 
 def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help says what it does, and runs nothing
     sections = {p.stem: p.read_text().strip() for p in sorted(RESULTS_DIR.glob("*.md"))}
     if not sections:
         raise SystemExit(f"no sections in {RESULTS_DIR}: run the benchmark scripts first (make bench)")

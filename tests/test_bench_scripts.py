@@ -1,0 +1,33 @@
+"""Every benchmark script is named by a test: each answers ``--help`` without running (so a
+renamed import or a broken module fails here, in seconds), and the scripts whose figures
+the README quotes at the smallest size run in ``tests/test_benchmarks.py``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+
+
+def test_the_list_of_scripts_is_the_folders():
+    assert "agent.py" in SCRIPTS and "results.py" in SCRIPTS and len(SCRIPTS) >= 20
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_benchmark_script_says_what_it_does_and_runs_nothing(script, tmp_path):
+    def files() -> dict[Path, int]:  # bytecode caches aside: another test's import may write them meanwhile
+        return {p: p.stat().st_mtime_ns for p in (ROOT / "benchmarks").rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts}
+
+    before = files()
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env={"HF_HUB_OFFLINE": "1",
+                                                                              "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage:" in done.stdout
+    assert files() == before, "--help wrote files"
