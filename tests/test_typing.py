@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -20,6 +22,7 @@ def test_every_type_ignore_says_why():
     assert not bare, "a type: ignore without its code and a reason after it:\n" + "\n".join(bare)
 
 
+@pytest.mark.slow
 def test_a_users_type_checker_sees_the_lazy_public_names(tmp_path):
     """``ap_gym.RunConfig`` and friends load on first use; to mypy they were ``Any``, so
     ``RunConfig.from_dikt`` passed."""
