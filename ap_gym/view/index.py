@@ -55,7 +55,7 @@ __all__ = ["FILTERS", "SORTS", "RunIndex"]
 log = logging.getLogger(__name__)
 
 #: Bump when the index's tables change: an index of another version is rebuilt.
-INDEX_VERSION = 7
+INDEX_VERSION = 8
 #: Episode columns a client may filter on (exact match).
 FILTERS = ("benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome")
 
@@ -245,6 +245,13 @@ def _tail(path: Path, end: int) -> str:
             return hashlib.sha256(f.read(min(end, TAIL_BYTES))).hexdigest()
     except OSError:
         return ""
+
+
+def _randomise_exposure(meta: Mapping[str, Any]) -> float:
+    """The run config's ``audit.randomise_exposure`` (0 when absent or unreadable)."""
+    audit = (meta.get("config") or {}).get("audit") if isinstance(meta.get("config"), dict) else None
+    value = audit.get("randomise_exposure") if isinstance(audit, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 def _index_path(run: Path) -> Path:
@@ -481,7 +488,11 @@ class RunIndex:
             # the observational, family-stratified and randomised gaps side by side ([value, low, high])
             "estimates": {name: [_finite(e.value), _finite(e.low), _finite(e.high)]
                           for name, e in row.estimates().items() if name in ("gap", "stratified_gap", "randomised_gap")},
-            "randomised_units": sum(1 for u in row.units if u.reachable and u.coin in ("expose", "withhold"))})))
+            "randomised_units": sum(1 for u in row.units if u.reachable and u.coin in ("expose", "withhold")),
+            # whether the run randomised exposure is the run's config and its recorded coins, never the count
+            # of usable units (a randomised run whose tasks retrieved no flagged abstraction has none)
+            "randomise_exposure": _randomise_exposure(self.meta),
+            "coins": sum(1 for u in row.units if u.coin in ("expose", "withhold"))})))
 
     # -- reading ----------------------------------------------------------------------
     def settings(self) -> list[dict[str, Any]]:

@@ -324,3 +324,21 @@ def test_the_viewers_query_is_bounded_and_refused_with_a_400_that_says_the_limit
         assert said in answer.json()["detail"], answer.json()
     finally:
         viewer.close()
+
+
+def test_lineage_knows_a_randomised_run_from_its_config_not_from_usable_units(tmp_path):
+    """Lineage said "this run did not randomise exposure" for a run with randomise_exposure 0.5:
+    it decided from the count of usable units (calls whose task retrieved a flagged abstraction)."""
+    from ap_gym.protocol import RunConfig, run
+    from tests.helpers import TINY_AGENT, config
+
+    data = config(tmp_path, policies=[{"name": "abstraction", "options": TINY_AGENT}], benchmarks=["shop"],
+                  iterations=1, train_per_iter=4, heldout=1, audit={"randomise_exposure": 0.5})
+    out = run(RunConfig.from_dict(data), progress=False)
+    ix = RunIndex(out)
+    try:
+        audits = [json.loads(r[0]) for r in ix.conn.execute("SELECT row FROM audits")]
+    finally:
+        ix.close()
+    assert audits and all(a["randomise_exposure"] == 0.5 for a in audits)
+    assert all(a["coins"] >= a["randomised_units"] for a in audits)

@@ -644,8 +644,9 @@ async function viewLineage(params) {
         h("td", {}, "flagged-output rate of synthesis calls that retrieved a flagged abstraction minus that of calls that did not")),
       h("tr", { "data-estimate": "stratified_gap" }, h("td", {}, "family-stratified gap"), h("td", {}, estimateText(est.stratified_gap)),
         h("td", {}, "the same within task families (confounding across families only)")),
-      h("tr", { "data-estimate": "randomised_gap" }, h("td", {}, "randomised gap"), h("td", {}, au.randomised_units ? estimateText(est.randomised_gap) : "not run"),
+      h("tr", { "data-estimate": "randomised_gap" }, h("td", {}, "randomised gap"), h("td", {}, au.randomised_units ? estimateText(est.randomised_gap) : (au.randomise_exposure ? "no data" : "not run")),
         h("td", {}, au.randomised_units ? `shown minus withheld by a recorded coin, over ${au.randomised_units} calls whose task retrieved a flagged abstraction: causal`
+          : au.randomise_exposure ? `this run randomised exposure (p = ${au.randomise_exposure}; ${au.coins || 0} coins recorded), but no synthesis call's task retrieved a flagged abstraction: the randomised gap has nothing to compare`
           : "this run did not randomise exposure (audit: {randomise_exposure: p})"))], { id: "audit-estimates" }));
   // the graph: one column per iteration, parents to children
   const NS = "http://www.w3.org/2000/svg";
