@@ -169,6 +169,39 @@ FIXES = (
     Fix("42: 10", "Ray workers at the driver's priority on a busy machine", "36ddb0c^", "36ddb0c", (
         "tests/protocol/executors/test_ray.py::test_a_local_instance_runs_its_workers_at_the_drivers_niceness",
         "tests/protocol/executors/test_ray.py::test_a_cluster_whose_workers_run_at_a_lower_priority_is_named")),
+    # Issue 51: each fix's tests against its parent.
+    Fix("51: 1", "one writer per run (an OS lock)", "e10d63e^", "e10d63e", (
+        "tests/protocol/test_loop.py::test_a_second_writer_of_a_run_is_refused_naming_the_first",)),
+    Fix("51: 2", "numbers that cannot be numbers, lines written twice, bytes that are not UTF-8", "c42ef14^", "c42ef14", (
+        "tests/protocol/test_results.py::test_an_impossible_number_or_a_boolean_as_text_is_damage_not_a_crash_or_a_value",
+        "tests/protocol/test_results.py::test_a_line_written_twice_counts_once",
+        "tests/protocol/test_results.py::test_a_worlds_file_with_bytes_that_are_not_utf8_loses_only_that_line")),
+    Fix("51: 3", "a run on a retrained checkpoint; a half-saved checkpoint", "13486bf^", "13486bf", (
+        "tests/protocol/test_loop.py::test_a_run_on_a_checkpoint_refuses_to_resume_on_other_weights",
+        "tests/training/test_trainer.py::test_a_half_saved_checkpoint_is_never_taken")),
+    Fix("51: 4", "served log-probabilities checked; a deadline said to be one", "c54458f^", "c54458f", (
+        "tests/backbones/test_search.py::test_a_served_log_probability_that_cannot_be_one_is_a_faulty_server_never_a_pick",
+        "tests/backbones/test_search.py::test_a_short_deadline_is_said_to_be_a_deadline_not_an_outage")),
+    Fix("51: 5", "viewer inputs: odd logs, a FIFO, an index path that is a directory, any file", "57869b1^", "57869b1", (
+        "tests/view/test_training.py::test_a_log_whose_rule_is_a_number_or_a_fifo_named_like_a_log_hides_nothing",
+        "tests/view/test_training.py::test_a_file_that_is_not_a_training_log_is_refused_with_what_view_takes",
+        "tests/view/test_index.py::test_a_directory_in_the_index_files_place_sends_the_index_to_the_cache")),
+    Fix("51: 5", "viewer queries bounded", "6643633^", "6643633", (
+        "tests/view/test_index.py::test_the_viewers_query_is_bounded_and_refused_with_a_400_that_says_the_limit",)),
+    Fix("51: 6", "left from 42: an interrupted store", "a6f51b0^", "a6f51b0", (
+        "tests/memory/test_store.py::test_a_memory_left_with_only_some_of_its_tables_and_no_meta_is_finished",)),
+    Fix("51: 6", "left from 42: closed envs, huge vector envs, non-text envs; lanes loading games", "46bf33a^", "46bf33a", (
+        "tests/test_vector.py::test_a_closed_env_is_not_played_again_and_a_huge_vector_env_is_refused_at_once",
+        "tests/training/test_tokens.py::test_play_tokens_refuses_an_env_that_is_not_a_text_env",
+        "tests/envs/test_textworld.py::test_games_are_loaded_one_thread_at_a_time")),
+    Fix("51: 6", "left from 42: an env left open at exit", "af53c42^", "af53c42", (
+        "tests/envs/test_engine_process.py::test_an_env_left_open_at_exit_prints_no_traceback",)),
+    Fix("51: 6", "messages: a forged running.json, randomise_exposure as a flag or text", "f5a2a73^", "f5a2a73", (
+        "tests/protocol/test_results.py::test_a_forged_running_json_does_not_read_as_running",
+        "tests/protocol/test_results.py::test_a_runs_lock_tells_a_live_writer_from_a_dead_one",
+        "tests/protocol/test_config.py::test_randomise_exposure_is_a_probability_not_a_flag_or_text")),
+    Fix("51: 6", "messages: a choice-only server", "6f59ba1^", "6f59ba1", (
+        "tests/backbones/test_search.py::test_a_choice_only_server_is_told_to_use_choose_method_constrained",)),
 )
 
 API_ABSENT = re.compile(
