@@ -189,7 +189,8 @@ def section(args: argparse.Namespace, sft: TrainConfig, rl: dict[str, TrainConfi
              f"{TITLE[args.benchmark]} by `ap-gym run` (greedy `choose` among the admissible commands, no memory, "
              f"agent options {sft.agent}, at most {max_steps} steps), beside the floor, the best simple rule and "
              f"the ceiling on the same games and step limit. {recipe} Training took {total_min:.0f} min in all "
-             f"(SFT {minutes.get('sft', 0):.0f} min). Held-out success with 95 % Wilson intervals; the difference to "
+             f"(SFT {minutes.get('sft', 0):.0f} min; wall time on this 2-core machine, which ran other jobs beside "
+             "it: an upper bound, not a speed figure). Held-out success with 95 % Wilson intervals; the difference to "
              "the untrained model with Newcombe's. The held-out games were never trained on (other scenes for "
              "ALFWorld; other seeds for TextWorld), and nothing here was tuned on them.", "",
              *rows_table(rows, reference="untrained", notes=notes), "",
