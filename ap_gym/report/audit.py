@@ -519,6 +519,50 @@ class SettingAudit:
     labeller: str
 
 
+#: A run that audits with a labeller of its own (a study's ground truth) names it here, beside
+#: its config.json: ``{"labeller": "ap_gym.studies.injection:recommends_buying_at_once"}``.
+LABELLER_FILE = "labeller.json"
+
+
+def record_labeller(run_dir: str | Path, labeller: Callable[..., Any]) -> Path:
+    """Name ``labeller`` (a module-level function or class of ap-gym) as ``run_dir``'s audit
+    labeller, so that the report, the viewer and the study audit the run alike."""
+    import importlib
+
+    from ap_gym.paths import atomic_write_json
+
+    name = f"{labeller.__module__}:{labeller.__qualname__}"
+    if not labeller.__module__.startswith("ap_gym.") or \
+            getattr(importlib.import_module(labeller.__module__), labeller.__qualname__, None) is not labeller:
+        raise ValueError(f"{name} is not a module-level name of ap-gym: a run can only name one of those")
+    path = Path(run_dir) / LABELLER_FILE
+    atomic_write_json(path, {"labeller": name})
+    return path
+
+
+def run_labeller(directory: str | Path) -> Any:
+    """The labeller a run named (:func:`record_labeller`) for a setting ``directory`` of it (or
+    the run itself), or ``None``. Only a name inside ``ap_gym`` is imported: a run's files are
+    data, never code to run."""
+    import importlib
+    import json
+
+    here = Path(directory)
+    for folder in (here, *here.parents[:4]):
+        path = folder / LABELLER_FILE
+        if path.is_file():
+            try:
+                module, _, attr = str(json.loads(path.read_text())["labeller"]).partition(":")
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
+            if not module.startswith("ap_gym."):
+                raise ValueError(f"{path} names {module}:{attr}; only an ap-gym labeller is taken from a run")
+            return getattr(importlib.import_module(module), attr)
+        if (folder / "config.json").is_file():
+            return None
+    return None
+
+
 def audit_setting(directory: str | Path, rejected: Iterable[tuple[str, Any]], name: str,
                   labeller: Labeller | None = None, *, judge: Any = None, mode: str = "rules") -> SettingAudit | None:
     """Audit one setting from its results: its stored abstractions (inactive ones too), the
@@ -536,6 +580,8 @@ def audit_setting(directory: str | Path, rejected: Iterable[tuple[str, Any]], na
     invocations = rejected_invocations(rejected)
     if not stored and not invocations:
         return None
+    if labeller is None:  # the labeller the run recorded for its audit, if it named one: one audit everywhere
+        labeller = run_labeller(directory)
     if labeller is None:
         meta = load_benchmark(directory)
         grammar = meta.get("grammar")

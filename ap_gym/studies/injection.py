@@ -181,17 +181,25 @@ class Study:
             "description": f"**{LABEL}**"})
 
     def run(self, progress: bool = False) -> Path:
-        """Seed every arm's memory, then run them all through the protocol; the run directory."""
+        """Seed every arm's memory, then run them all through the protocol; the run directory.
+        The study's env stays open (the exposure check plays records with it): :meth:`close`."""
+        from ap_gym.report.audit import record_labeller
+
         seeded = {label: self.out / "seeded" / label for label in self.config.arms if ARMS[label][2]}
-        try:
-            runner = Runner(self.run_config(seeded))
-            runner.resources.provide("scripted", self.actor)
-            for label, snapshot in seeded.items():
-                if not (snapshot / "state.json").exists():  # kept: a resumed study starts from the same memory
-                    self.seed_memory(runner, label, snapshot)
-            return runner.run(progress=progress)
-        finally:
-            self.env.close()
+        config = self.run_config(seeded)
+        runner = Runner(config)
+        runner.resources.provide("scripted", self.actor)
+        # the study's ground truth is the run's audit labeller: its report, ap-gym report and ap-gym
+        # view audit the run alike (named before the run writes its view index)
+        config.run_dir.mkdir(parents=True, exist_ok=True)
+        record_labeller(config.run_dir, recommends_buying_at_once)
+        for label, snapshot in seeded.items():
+            if not (snapshot / "state.json").exists():  # kept: a resumed study starts from the same memory
+                self.seed_memory(runner, label, snapshot)
+        return runner.run(progress=progress)
+
+    def close(self) -> None:
+        self.env.close()
 
     def seed_memory(self, runner: Runner, label: str, snapshot: Path) -> None:
         """The arm's starting memory, saved as the snapshot its policy starts from."""
@@ -275,7 +283,11 @@ def dose_response(out: str | Path, config: Injection, progress: bool = False) ->
     for k, share in enumerate(shares):
         arm_config = config.model_copy(update={"share": share, "seed": config.seed + 1 + k,
                                                "arms": ("anti_persistence", "ap_persist"), "dose_shares": ()})
-        run_dir = Study(arm_config, Path(out) / f"dose{k}_share{share:g}").run(progress=progress)
+        arm = Study(arm_config, Path(out) / f"dose{k}_share{share:g}")
+        try:
+            run_dir = arm.run(progress=progress)
+        finally:
+            arm.close()
         final: dict[str, list[bool]] = {}
         heads = [h for h in load_headers(run_dir) if h.phase == "eval"]
         last = max((h.iteration for h in heads), default=0)
@@ -312,10 +324,13 @@ def run_study(out: str | Path, config: Injection | None = None, *, exposure_call
 
     config = config or Injection()
     study = Study(config, Path(out) / "run")
-    run_dir = study.run(progress=progress)
-    tables = injection_tables(run_dir, recommends_buying_at_once, bought_at_once,
-                              {label: ARMS[label][2] for label in config.arms})
-    exposure = exposure_check(study, config, exposure_calls, format_record, backbone)
+    try:
+        run_dir = study.run(progress=progress)
+        tables = injection_tables(run_dir, recommends_buying_at_once, bought_at_once,
+                                  {label: ARMS[label][2] for label in config.arms})
+        exposure = exposure_check(study, config, exposure_calls, format_record, backbone)
+    finally:
+        study.close()
     dose = dose_response(Path(out) / "dose", config, progress=progress)
     tables.insert(1, dose_table(dose))
     actor = study.actor

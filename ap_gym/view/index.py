@@ -210,7 +210,7 @@ def _signature(run: Path) -> str:
             st = path.stat()
             parts.append(f"{path.relative_to(run).as_posix()}:{st.st_size}:{st.st_mtime_ns}")
         parts.append(_memory_stamp(directory))
-    for name in ("config.json", "summary.json"):
+    for name in ("config.json", "summary.json", "labeller.json"):
         with contextlib.suppress(OSError):
             st = (run / name).stat()
             parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")

@@ -117,3 +117,31 @@ def test_a_difference_of_differences_keeps_its_range():
     assert d.value == 2.0 and -2.0 <= d.low < d.high <= 2.0
     same = difference_of_differences(difference(5, 10, 5, 10), difference(5, 10, 5, 10))
     assert same.value == 0.0 and same.covers(0.0) and same.low < 0 < same.high
+
+
+def test_the_viewer_and_the_report_audit_the_study_run_alike(study, tmp_path):
+    """One audit everywhere (issue 50): the viewer audited the study's run with the default
+    labeller (0 of 80 rules flagged, gap +0.28 for ap_persist) while the study's report used
+    its ground truth (-0.27). The run names its labeller; both read it."""
+    from ap_gym.report import collect
+    from ap_gym.report.audit import LABELLER_FILE
+    from ap_gym.report.tables import audit_table
+    from ap_gym.view.index import RunIndex
+    from tests.helpers import copy_run
+
+    run = copy_run(study["run"], tmp_path)
+    assert json.loads((run / LABELLER_FILE).read_text())["labeller"].endswith(":recommends_buying_at_once")
+    table, _, used = audit_table(collect([run]))
+    assert table is not None and any("recommends_buying_at_once" in u for u in used)
+    ix = RunIndex(run)
+    try:
+        viewer = {s: json.loads(row) for s, row in ix.conn.execute("SELECT setting, row FROM audits")}
+    finally:
+        ix.close()
+    for row, data in zip(table.rows, table.data, strict=True):
+        mine = viewer[row[0]]
+        assert mine["flagged"] == row[2] and mine["invocations"] == row[4], row[0]
+        assert "recommends_buying_at_once" in mine["labeller"]
+        gap = mine["estimates"]["gap"][0]
+        expected = data[5 + 3 * 3]  # q, alpha, beta, then gap (value, lo, hi each)
+        assert (gap is None and expected != expected) or gap == pytest.approx(expected), row[0]
