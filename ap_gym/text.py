@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ACTION_WORDS", "FAILED_FEEDBACK", "GOAL_VERBS", "INVENTED_VERBS", "Command", "Grammar", "commands_in", "count_tokens", "cut_tokens",
-           "failed_action", "normalise_command"]
+           "failed_action", "normalise_command", "guidance_rules"]
 
 #: Feedback that says an action did nothing, in the benchmarks' own words.
 FAILED_FEEDBACK = re.compile(
@@ -259,3 +259,11 @@ class Grammar:
     def from_dict(cls, data: Mapping[str, Any]) -> Grammar:
         return cls(frozenset(map(str, data.get("verbs") or ())), bool(data.get("bracketed")),
                    bool(data.get("numbered_objects")), data.get("ids") or None)
+
+
+def guidance_rules(text: str) -> str:
+    """The rules of a guidance block, without the records it shows as context (their
+    ``> command`` and indented observation lines, task and outcome lines)."""
+    return "\n".join(line for line in text.splitlines()
+                     if line[:1] not in (" ", "\t", ">", "[")
+                     and not line.startswith(("Your task:", "Task:", "Outcome:", "Trajectory:", "...")))

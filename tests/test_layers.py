@@ -64,7 +64,7 @@ LAYERS: dict[str, Layer] = {
     "report": _layer("ap_gym/report/", "protocol.results", "memory", "backbones.base",
                      why="results only (a setting's memory.sqlite is read through protocol.results); a judge "
                          "backbone is passed in, never built here"),
-    "results": _layer("ap_gym/results.py", "protocol.results", "memory", why="a run's episodes as data frames (pandas)"),
+    "frames": _layer("ap_gym/frames.py", "protocol.results", "memory", why="a run's episodes as data frames (pandas)"),
     "view": _layer("ap_gym/view/", "protocol.results", "memory", "report", "backbones.base",
                    why="results and the report's tables, read-only"),
     "studies": _layer("ap_gym/studies/", "envs", "wrappers", "backbones", "memory", "policies", "rollout", "vector",

@@ -107,3 +107,13 @@ def test_the_training_config_block_is_a_valid_training_config():
     recipe = TrainConfig.from_file(README.parent / "benchmarks" / "train" / "alfworld-sft.yaml")
     assert (config.name, config.agent, config.train_layers) == (recipe.name, recipe.agent, recipe.train_layers)
     assert [s.kind for s in config.stages] == ["sft", "rl"]
+
+
+def test_the_layout_table_names_every_module():
+    """Six modules were missing from the Layout table: every module of the package is named there."""
+    text = README.read_text()
+    layout = text[text.index("## Layout"):text.index("**Layers.**")]
+    package = README.parent / "ap_gym"
+    missing = [str(p.relative_to(package)) for p in sorted(package.rglob("*.py"))
+               if p.name != "__init__.py" and p.stem not in layout]
+    assert not missing, f"modules the README's Layout does not name: {missing}"

@@ -34,19 +34,11 @@ from typing import Any
 
 from ap_gym.backbones.base import Completion, GenerationConfig, Message, Scores
 from ap_gym.seeding import derived_rng
-from ap_gym.text import commands_in
+from ap_gym.text import commands_in, guidance_rules
 
 __all__ = ["ScriptedActor", "guidance_rules", "shown_records"]
 
 _ID = re.compile(r"\bb0[a-z0-9]{8}\b")
-
-
-def guidance_rules(text: str) -> str:
-    """The rules of a guidance block, without the records it shows as context (their
-    ``> command`` and indented observation lines, task and outcome lines)."""
-    return "\n".join(line for line in text.splitlines()
-                     if line[:1] not in (" ", "\t", ">", "[")
-                     and not line.startswith(("Your task:", "Task:", "Outcome:", "Trajectory:", "...")))
 
 
 def shown_records(text: str) -> list[tuple[bool, list[str]]]:

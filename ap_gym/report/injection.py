@@ -15,14 +15,9 @@ from ap_gym.report.audit import Labeller, audit_setting, rejected_items
 from ap_gym.report.labels import Label
 from ap_gym.report.stats import difference, proportion
 from ap_gym.report.tables import Table
+from ap_gym.text import guidance_rules
 
 __all__ = ["injection_tables"]
-
-
-def _guidance_rules(text: str) -> str:
-    return "\n".join(line for line in text.splitlines()
-                     if line[:1] not in (" ", "\t", ">", "[")
-                     and not line.startswith(("Your task:", "Task:", "Outcome:", "Trajectory:", "...")))
 
 
 def _final(lines: list[EpisodeLine]) -> tuple[list[EpisodeLine], list[EpisodeLine]]:
@@ -49,7 +44,7 @@ def injection_tables(run_dir: str | Path, labeller: Labeller, bought_at_once: Ca
         finals[label] = final
         wins = sum(x.header.success for x in final)
         at_once = sum(bought_at_once([s.action for s in x.steps]) for x in final)
-        wrong = sum(flagged(labeller(_guidance_rules(x.header.policy_info.get("guidance") or ""))) for x in final)
+        wrong = sum(flagged(labeller(guidance_rules(x.header.policy_info.get("guidance") or ""))) for x in final)
         audit = audit_setting(directory, rejected_items(x.header for x in mine), label, labeller)
         est = audit.row.estimates() if audit is not None else {}
         rows.append([label, ", ".join(placements.get(label, ())) or "-",

@@ -6,7 +6,7 @@ decision's scalars (mode, why, synthesis calls, whether synthesis was skipped);
 ``steps_df(run)`` one row per step. Both read the results through the typed reader
 (:mod:`ap_gym.protocol.results`), so they say what ``episodes.jsonl`` says::
 
-    from ap_gym.results import episodes_df
+    from ap_gym.frames import episodes_df
     df = episodes_df("results/smoke")
     df[df.phase == "eval"].groupby(["benchmark", "policy", "iteration"]).success.mean()
 """

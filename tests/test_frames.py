@@ -1,11 +1,11 @@
-"""``ap_gym.results.episodes_df`` says what ``episodes.jsonl`` says."""
+"""``ap_gym.frames.episodes_df`` says what ``episodes.jsonl`` says."""
 
 from __future__ import annotations
 
 import json
 
+from ap_gym.frames import episodes_df, steps_df
 from ap_gym.protocol import RunConfig, run
-from ap_gym.results import episodes_df, steps_df
 from tests.helpers import TINY_AGENT, config
 
 
