@@ -147,13 +147,7 @@ class MemoryDB:
                     raise StoreError(f"{self.path} is empty; train a policy before evaluating it")
                 self._create(embedding_dim, embedder)
             elif not readonly and self._interrupted_creation(tables):
-                if set(_expected_columns()) - tables:  # some tables never made it: start the empty file anew
-                    for table in sorted(tables):
-                        self.conn.execute(f"DROP TABLE IF EXISTS {table}")  # noqa: S608 (names read from the file)
-                    self.conn.commit()
-                    self._create(embedding_dim, embedder)
-                else:
-                    self._create(embedding_dim, embedder, tables=False)
+                self._finish_creation(tables, embedding_dim, embedder)
             else:
                 self._check(tables)
             if not readonly:
@@ -209,6 +203,16 @@ class MemoryDB:
         except BaseException:
             self.conn.rollback()
             raise
+
+    def _finish_creation(self, tables: set[str], dim: int | None, embedder: str) -> None:
+        """Finish what an interrupted creation left (see :meth:`_interrupted_creation`)."""
+        if set(_expected_columns()) - tables:  # some tables never made it: start the empty file anew
+            for table in sorted(tables):
+                self.conn.execute(f"DROP TABLE IF EXISTS {table}")  # noqa: S608 (names read from the file)
+            self.conn.commit()
+            self._create(dim, embedder)
+        else:
+            self._create(dim, embedder, tables=False)
 
     def _interrupted_creation(self, tables: set[str]) -> bool:
         """An older ap-gym created the tables and their meta rows in separate transactions (and
