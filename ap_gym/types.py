@@ -16,7 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 __all__ = [
+    "DECISION_FIELDS",
     "PURPOSES",
+    "Decisions",
     "Embedder",
     "Episode",
     "Policy",
@@ -28,6 +30,7 @@ __all__ = [
     "Usage",
     "UsageMeter",
     "WorldFacts",
+    "declare_decision",
 ]
 
 #: Why an LLM call was made. Reports split acting from everything else.
@@ -427,3 +430,99 @@ class WorldFacts:
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"not a world-facts record: {str(data)[:120]} ({e})") from None
 
+
+
+def _decision(doc: str, default: Any = None) -> Any:
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """What a policy decided in one episode, typed: the one declaration of the record's
+    decision keys (``Episode.policy_info``, written as a mapping). The report, the viewer and
+    the audit read these attributes, never the mapping's strings, so a renamed key fails a
+    type check and the tests (every key a built-in policy writes is declared here, and every
+    one ``app.js`` reads), instead of making a table vanish. A value of the wrong type reads as
+    absent. A design of a user's declares its own keys with :func:`declare_decision` (the
+    viewer then shows them, with their notes, under ``extra``)."""
+
+    # the acting agent's
+    action_mode: str | None = _decision("how the agent acted: choose, generate or react")
+    choice_method: str | None = _decision("how choose picked: scored, searched or constrained")
+    history_trimmed: int | None = _decision("turn pairs dropped to keep the prompt inside its token budget")
+    walkthrough_length: int | None = _decision("the walkthrough policy's plan length")
+    # every memory design's
+    guidance: str | None = _decision("the guidance block the agent's prompt showed")
+    embedding_failed: str | None = _decision("why the task could not be embedded (no memory was used)")
+    retrieved_records: tuple[int, ...] = _decision("trajectory records retrieved for the prompt", ())
+    similarities: tuple[float, ...] = _decision("their similarity to the task", ())
+    abstractions_in_prompt: tuple[int, ...] = _decision("stored abstractions the prompt showed", ())
+    retrieved_abstractions: tuple[int, ...] = _decision("stored abstractions retrieved (shown or withheld)", ())
+    withheld_abstractions: tuple[int, ...] = _decision("retrieved abstractions withheld by the exposure coin", ())
+    rejected_abstractions: tuple[Mapping[str, Any], ...] = _decision(
+        "abstractions the admission judge refused (text, sources, parents)", ())
+    same_task_records_retrieved: int | None = _decision("records of this very task retrieved (training)")
+    exposure: Mapping[str, Any] | None = _decision("the randomised-exposure coin and what it withheld")
+    end_failed: bool | None = _decision("the policy's end-of-episode work failed (a backbone died)")
+    # Anti-Persistence's
+    mode: str | None = _decision("Anti-Persistence: the mode the bandit chose")
+    mode_reason: str | None = _decision("Anti-Persistence: why (start-up, epsilon, fallback, utility)")
+    mean_similarity: float | None = _decision("Anti-Persistence: the neighbourhood's mean similarity")
+    utilities: Mapping[str, Any] | None = _decision("Anti-Persistence: each mode's utility")
+    synthesis_calls: int | None = _decision("Anti-Persistence: synthesis calls made (0 when skipped)")
+    synthesis_skipped: bool | None = _decision("Anti-Persistence: the mode's records were missing: no call")
+    memory_empty: bool | None = _decision("Anti-Persistence: trajectory memory was empty")
+    mode_guidance: str | None = _decision("Anti-Persistence: the guidance its mode wrote")
+    # AutoRefine's
+    evolved_family: str | None = _decision("AutoRefine: the family whose skills evolved")
+    #: keys no field declares: a user's design's (see :func:`declare_decision`)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, info: Mapping[str, Any]) -> Decisions:
+        """The typed decisions of a record's ``policy_info`` (tolerant: damage reads as absent)."""
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name == "extra" or f.name not in info:
+                continue
+            value = _typed(info[f.name], f.type if isinstance(f.type, str) else str(f.type))
+            if value is not None:
+                values[f.name] = value
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**values, extra={k: v for k, v in info.items() if k not in known})
+
+
+def _typed(value: Any, hint: str) -> Any:
+    """``value`` if it is of the declared kind (``hint`` is the field's annotation), else None."""
+    if hint.startswith("tuple[int"):
+        return tuple(v for v in value if isinstance(v, int) and not isinstance(v, bool)) \
+            if isinstance(value, list | tuple) else None
+    if hint.startswith("tuple[float"):
+        return tuple(float(v) for v in value if isinstance(v, int | float) and not isinstance(v, bool)) \
+            if isinstance(value, list | tuple) else None
+    if hint.startswith("tuple[Mapping"):
+        return tuple(v for v in value if isinstance(v, Mapping)) if isinstance(value, list | tuple) else None
+    if hint.startswith("Mapping"):
+        return value if isinstance(value, Mapping) else None
+    if hint.startswith("bool"):
+        return value if isinstance(value, bool) else None
+    if hint.startswith("int"):
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if hint.startswith("float"):
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if hint.startswith("str"):
+        return value if isinstance(value, str) else None
+    return value
+
+
+#: Every decision key with its note: the declared fields', then those designs declare.
+DECISION_FIELDS: dict[str, str] = {f.name: str(f.metadata.get("doc", "")) for f in dataclasses.fields(Decisions)
+                                   if f.name != "extra"}
+
+
+def declare_decision(name: str, doc: str) -> None:
+    """Declare a decision key a design of yours records (``self.decisions[name] = ...``), with
+    what it holds: the viewer shows it with this note (read from ``Decisions.extra``)."""
+    if name in DECISION_FIELDS and DECISION_FIELDS[name] != doc:
+        raise ValueError(f"decision {name!r} is declared already ({DECISION_FIELDS[name]!r})")
+    DECISION_FIELDS[name] = doc

@@ -38,7 +38,7 @@ from typing import Any
 
 from ap_gym.errors import APGymError
 from ap_gym.paths import atomic_write_text
-from ap_gym.types import Episode, Step, Termination, Usage
+from ap_gym.types import Decisions, Episode, Step, Termination, Usage
 
 __all__ = [
     "BENCHMARK",
@@ -135,6 +135,11 @@ class EpisodeHeader:
     @property
     def infrastructure_failure(self) -> bool:
         return self.termination is Termination.INFRA
+
+    @property
+    def decisions(self) -> Decisions:
+        """The policy's decisions, typed (:class:`~ap_gym.types.Decisions`): what readers use."""
+        return Decisions.of(self.policy_info)
 
     @property
     def outcome(self) -> str:

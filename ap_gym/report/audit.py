@@ -488,8 +488,7 @@ def rejected_items(headers: Iterable[EpisodeHeader]) -> list[tuple[str, Any]]:
     setting's episode headers (what :func:`audit_setting` takes)."""
     out: list[tuple[str, Any]] = []
     for h in headers:
-        rejected = h.policy_info.get("rejected_abstractions")
-        out += [(h.task_family, item) for item in (rejected if isinstance(rejected, list) else [])]
+        out += [(h.task_family, item) for item in h.decisions.rejected_abstractions]
     return out
 
 

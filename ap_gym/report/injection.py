@@ -44,7 +44,7 @@ def injection_tables(run_dir: str | Path, labeller: Labeller, bought_at_once: Ca
         finals[label] = final
         wins = sum(x.header.success for x in final)
         at_once = sum(bought_at_once([s.action for s in x.steps]) for x in final)
-        wrong = sum(flagged(labeller(guidance_rules(x.header.policy_info.get("guidance") or ""))) for x in final)
+        wrong = sum(flagged(labeller(guidance_rules(x.header.decisions.guidance or ""))) for x in final)
         audit = audit_setting(directory, rejected_items(x.header for x in mine), label, labeller)
         est = audit.row.estimates() if audit is not None else {}
         rows.append([label, ", ".join(placements.get(label, ())) or "-",

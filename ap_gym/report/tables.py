@@ -81,8 +81,8 @@ def _pm(values: Sequence[float], scale: float = 1.0, digits: int = 1, mark: str 
 
 def _name(r: Results, method: str) -> str:
     """A method's row name, marked when it chose among admissible commands (ap-gym's agent)."""
-    modes = {x.head.policy_info.get("action_mode") for x in r.final if x.method == method}
-    constrained = any(x.head.policy_info.get("choice_method") == "constrained" for x in r.final if x.method == method)
+    modes = {x.head.decisions.action_mode for x in r.final if x.method == method}
+    constrained = any(x.head.decisions.choice_method == "constrained" for x in r.final if x.method == method)
     return f"{method} {CHOOSE_MARK}" + (f"{CONSTRAINED_MARK}" if constrained else "") if "choose" in modes else method
 
 
@@ -231,16 +231,17 @@ def per_family(r: Results) -> Table:
 def modes(r: Results, name: str) -> Table | None:
     """How often each mode was chosen, per method of policy ``name``, setting and phase (§4.4)."""
     labels = [m for m in r.order if r.methods[m].name == name]
-    mode_names = sorted({x.head.policy_info["mode"] for x in r.lines if x.head.policy_info.get("mode")})
+    mode_names = sorted({d.mode for d in (x.head.decisions for x in r.lines) if d.mode})
     if not labels or not mode_names:
         return None
     groups: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)
     for x in r.lines:
-        if x.method in labels and x.head.policy_info.get("mode"):
+        decided = x.head.decisions
+        if x.method in labels and decided.mode:
             key = (x.method, x.setting, x.head.phase)
-            groups[key][x.head.policy_info["mode"]] += 1
-            groups[key]["(fallback)"] += x.head.policy_info.get("mode_reason") == "fallback"
-            groups[key]["(synthesis skipped)"] += bool(x.head.policy_info.get("synthesis_skipped"))
+            groups[key][decided.mode] += 1
+            groups[key]["(fallback)"] += decided.mode_reason == "fallback"
+            groups[key]["(synthesis skipped)"] += bool(decided.synthesis_skipped)
     rows, data = [], []
     for (m, s, phase), counts in sorted(groups.items()):
         total = sum(counts[k] for k in mode_names)
@@ -347,9 +348,10 @@ def same_task(r: Results) -> Table | None:
     """Share of training episodes whose retrieval held the task's own earlier record."""
     cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     for x in r.lines:
-        if x.head.phase == "train" and "same_task_records_retrieved" in x.head.policy_info:
+        same = x.head.decisions.same_task_records_retrieved
+        if x.head.phase == "train" and same is not None:
             cell = cells[(x.setting, x.method)]
-            cell[0] += x.head.policy_info["same_task_records_retrieved"] > 0
+            cell[0] += same > 0
             cell[1] += 1
     if not cells:
         return None

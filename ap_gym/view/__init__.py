@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ap_gym.protocol.results import EPISODES, run_state, setting_dirs
-from ap_gym.view.app import STATIC
+from ap_gym.view.app import STATIC, boot_script
 from ap_gym.view.index import FILTERS, SORTS, RunIndex, curves
 from ap_gym.view.search import SearchIndex
 from ap_gym.view.training import find_logs, training_logs
@@ -475,7 +475,7 @@ def write_static(runs: Sequence[str | Path], out: str | Path, rebuild: bool = Fa
         data.mkdir()
         total = sum(ix.conn.execute("SELECT COUNT(*) FROM episodes").fetchone()[0] for ix in viewer.indexes)
         chunk = max(CHUNK_MIN, -(-total // MAX_CHUNKS))  # episodes per file: at most MAX_CHUNKS files in all
-        (data / "boot.js").write_text(f"window.APGYM_MODE = 'static';\nwindow.APGYM_CHUNK = {chunk};\n")
+        (data / "boot.js").write_text(boot_script("static", chunk=chunk))
         _put(data / "runs.js", "runs", viewer.runs())
         _put(data / "training.js", "training", viewer.training())
         for k, ix in enumerate(viewer.indexes):

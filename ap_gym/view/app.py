@@ -38,6 +38,18 @@ STATIC = Path(__file__).parent / "static"
 _COOKIE = "ap_gym_view_key"
 
 
+def boot_script(mode: str, **extra: Any) -> str:
+    """The page's boot script: its mode, and the record's decision keys with what each holds
+    (:data:`ap_gym.types.DECISION_FIELDS`: the viewer's field list is the declaration's)."""
+    import json
+
+    from ap_gym.types import DECISION_FIELDS
+
+    lines = [f"window.APGYM_MODE = {json.dumps(mode)};", f"window.APGYM_DECISIONS = {json.dumps(DECISION_FIELDS)};"]
+    lines += [f"window.APGYM_{k.upper()} = {json.dumps(v)};" for k, v in extra.items()]
+    return "\n".join(lines) + "\n"
+
+
 def _answer(fn: Any, *args: Any) -> Any:
     """``fn(*args)`` as JSON; an unknown run or episode is a 404, a bad filter a 400."""
     try:
@@ -96,7 +108,7 @@ def create_app(viewer: Viewer, *, api_key: str | None = None,
 
     @app.get("/data/boot.js")
     def boot() -> Any:
-        return Response("window.APGYM_MODE = 'server';\n", media_type="text/javascript")
+        return Response(boot_script("server"), media_type="text/javascript")
 
     @app.get("/")
     def page() -> Any:

@@ -187,13 +187,9 @@ def _mean_ci(total: float, squares: float, n: int, low: float | None = None, hig
     return mean, (max(lo, low) if low is not None else lo, min(hi, high) if high is not None else hi)
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
 def _row_of(h: EpisodeHeader, rel: str, start: int, length: int) -> tuple[Any, ...]:
     """An episode header's row of the index."""
-    mode = h.policy_info.get("mode")
+    mode = h.decisions.mode
     return (h.setting, h.benchmark, h.backbone or "", h.policy, h.seed, h.phase, h.iteration, h.index, h.task_id,
             h.task_family, int(h.success), h.score, h.termination.value, h.outcome, h.num_steps,
             h.usage.llm_calls, h.tokens, mode if isinstance(mode, str) else None, h.parse_failures, rel, start, length,
@@ -420,11 +416,10 @@ class RunIndex:
                 if misfiled(header, rel):  # a line of another setting than its directory's
                     damaged += 1
                     continue
-                info = header.policy_info
+                decided = header.decisions
                 rows.append(_row_of(header, rel, line_start, len(raw)))
-                seen.append([int(i) for i in _list(info.get("abstractions_in_prompt")) if isinstance(i, int)])
-                rejected += [{"family": header.task_family, "item": r}
-                             for r in _list(info.get("rejected_abstractions")) if isinstance(r, Mapping)]
+                seen.append(list(decided.abstractions_in_prompt))
+                rejected += [{"family": header.task_family, "item": r} for r in decided.rejected_abstractions]
         if damaged:
             log.warning("%s: %d damaged line(s) left out of the viewer", path, damaged)
         first = conn.execute("SELECT COALESCE(MAX(id), 0) FROM episodes").fetchone()[0] + 1
@@ -650,12 +645,12 @@ class RunIndex:
         except (OSError, DamagedLine) as e:
             raise ValueError(f"episode {episode_id}'s line in {r['file']}/{EPISODES} is damaged ({e}); resuming the "
                              "run moves it to episodes.jsonl.bad and keeps every valid line") from None
-        info = line.header.policy_info
-        retrieved = [int(i) for i in _list(info.get("retrieved_records")) if isinstance(i, int)]
+        decided = line.header.decisions
+        retrieved = list(decided.retrieved_records)
         links = dict(self.conn.execute(
             f"SELECT record_id, episode_id FROM records WHERE setting=? AND record_id IN ({','.join('?' * len(retrieved))})",
             [r["setting"], *retrieved]).fetchall()) if retrieved else {}
-        shown = [int(i) for i in _list(info.get("abstractions_in_prompt")) if isinstance(i, int)]
+        shown = list(decided.abstractions_in_prompt)
         texts = {row["id"]: {"id": row["id"], "text": row["text"], "flagged": bool(row["flagged"])}
                  for row in self.conn.execute(
                      f"SELECT id, text, flagged FROM abstractions WHERE setting=? AND id IN ({','.join('?' * len(shown))})",

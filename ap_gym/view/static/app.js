@@ -470,7 +470,8 @@ function decisionView(ep) {
   const usage = ep.line.head.usage || {};
   const box = h("aside", { class: "decision", id: "decision" }, h("h3", {}, "Memory decision"));
   const kv = [["mode", info.mode ?? "-"], ["why", info.mode_reason ?? "-"], ["neighbours' mean similarity", fmt(info.mean_similarity, 3)],
-    ["synthesis calls", info.synthesis_calls ?? 0], ["memory empty", info.memory_empty ?? "-"]];
+    ["synthesis calls", info.synthesis_calls ?? 0], ["synthesis skipped", info.synthesis_skipped ?? "-"],
+    ["memory empty", info.memory_empty ?? "-"]];
   box.append(h("table", {}, kv.map(([a, b]) => h("tr", {}, h("th", {}, a), h("td", { "data-key": a }, String(b))))));
   if (info.utilities && Object.keys(info.utilities).length) {
     box.append(h("h4", {}, "bandit utilities"), table(["mode", "utility"],
@@ -495,10 +496,15 @@ function decisionView(ep) {
       purposes.map(p => h("tr", {}, h("td", {}, p), h("td", {}, usage.calls[p]), h("td", {}, (usage.prompt_tokens || {})[p] ?? 0),
         h("td", {}, (usage.completion_tokens || {})[p] ?? 0)))));
   }
-  const other = Object.keys(info).filter(x => !["mode", "mode_reason", "mean_similarity", "synthesis_calls", "memory_empty", "utilities",
-    "retrieved_records", "similarities", "guidance", "abstractions_in_prompt"].includes(x));
+  const shown = ["mode", "mode_reason", "mean_similarity", "synthesis_calls", "synthesis_skipped", "memory_empty", "utilities",
+    "retrieved_records", "similarities", "guidance", "abstractions_in_prompt"];
+  const other = Object.keys(info).filter(x => !shown.includes(x));
+  // every other decision the policy recorded, with what the record's declaration says it holds
+  // (ap_gym.types.Decisions and the keys designs declare: window.APGYM_DECISIONS)
+  const notes = window.APGYM_DECISIONS || {};
   if (other.length) box.append(h("details", {}, h("summary", {}, "everything else the policy recorded"),
-    h("pre", {}, JSON.stringify(Object.fromEntries(other.map(x => [x, info[x]])), null, 1))));
+    table(["decision", "what it holds", "value"], other.map(x => h("tr", { "data-decision": x }, h("td", {}, x),
+      h("td", { class: "muted" }, notes[x] ?? "(not declared)"), h("td", {}, h("pre", {}, JSON.stringify(info[x], null, 1))))))));
   return box;
 }
 

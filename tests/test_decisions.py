@@ -1,0 +1,61 @@
+"""The record's decisions are declared once (``ap_gym.types.Decisions``): every key a built-in
+policy writes is declared, every one the viewer's page reads is too, readers get typed values,
+and the page's field list is the declaration's."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ap_gym.types import DECISION_FIELDS, Decisions, declare_decision
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_damaged_decisions_read_as_absent_and_undeclared_keys_as_extra():
+    d = Decisions.of({"mode": 3, "synthesis_skipped": "no", "retrieved_records": [1, "2", 3.5, 4],
+                      "utilities": [1], "my_design_note": "x", "synthesis_calls": True})
+    assert d.mode is None and d.synthesis_skipped is None and d.utilities is None and d.synthesis_calls is None
+    assert d.retrieved_records == (1, 4) and d.extra == {"my_design_note": "x"}
+
+
+def test_a_design_declares_its_own_decision_and_the_page_gets_its_note():
+    from ap_gym.view.app import boot_script
+
+    declare_decision("test_only_choice", "what the test design chose")
+    try:
+        assert '"test_only_choice": "what the test design chose"' in boot_script("server")
+        with pytest.raises(ValueError, match="declared already"):
+            declare_decision("mode", "something else")
+    finally:
+        DECISION_FIELDS.pop("test_only_choice")
+
+
+def test_the_page_reads_only_declared_decisions():
+    """app.js read 13 decision keys by name: a renamed key would have shown '-' silently."""
+    app = (ROOT / "ap_gym" / "view" / "static" / "app.js").read_text()
+    read = set(re.findall(r"\binfo\.(\w+)", app)) | set(re.findall(r"policy_info\??\.(\w+)", app))
+    listed = set(re.findall(r'"(\w+)"', app.split("const shown = [", 1)[1].split("]", 1)[0]))
+    assert read and listed
+    assert not (read | listed) - set(DECISION_FIELDS), (read | listed) - set(DECISION_FIELDS)
+
+
+@pytest.mark.slow
+def test_every_decision_a_built_in_policy_writes_is_declared(tmp_path):
+    from ap_gym.protocol import RunConfig, load_headers, run
+    from tests.helpers import TINY_AGENT, config
+
+    names = ["no_memory", "trajectory", "abstraction", "joint", "reflexion", "autorefine", "anti_persistence"]
+    policies = [{"name": n, "options": TINY_AGENT if n != "no_memory" else {"agent": TINY_AGENT["agent"]}}
+                for n in names]
+    policies += [{"name": "abstraction", "label": "judged", "options": {**TINY_AGENT, "admission": "llm"}},
+                 {"name": "random"}, {"name": "walkthrough"}, {"name": "rule_household", "label": "rule"}]
+    data = config(tmp_path, policies=policies, benchmarks=["shop"], iterations=1, train_per_iter=3, heldout=1,
+                  audit={"randomise_exposure": 0.5})
+    heads = load_headers(run(RunConfig.from_dict(data), progress=False))
+    written = {k for h in heads for k in h.policy_info}
+    assert {"mode", "guidance", "retrieved_records", "action_mode"} <= written
+    assert not written - set(DECISION_FIELDS), f"undeclared decision keys: {written - set(DECISION_FIELDS)}"
+    assert all(not h.decisions.extra for h in heads)
