@@ -86,9 +86,16 @@ def rows_table(rows: Sequence[Row], *, reference: str | None = None, notes: Mapp
     return lines
 
 
+def _natural(text: str) -> list[Any]:
+    """A sort key that orders "levels-6-10" before "levels-11-15"."""
+    import re
+
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
+
+
 def family_table(rows: Sequence[Row]) -> list[str]:
     """Held-out wins per task family (where an agent fails)."""
-    families = sorted({h.task_family for r in rows for h in r.heads})
+    families = sorted({h.task_family for r in rows for h in r.heads}, key=_natural)
     lines = ["| family | " + " | ".join(r.label for r in rows) + " |", "|---|" + "---|" * len(rows)]
     for family in families:
         cells = []
