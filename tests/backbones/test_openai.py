@@ -107,7 +107,7 @@ def test_an_overall_deadline_cuts_off_a_slow_or_silent_server(mode):
     bad = Misbehaving(mode)
     try:
         client = OpenAIBackbone(bad.url, model="m", deadline_s=1.5, retries=1, backoff_s=0.01)
-        with pytest.raises(BackboneError, match=r"after 2 attempts of at most 1.5 s each"):
+        with pytest.raises(BackboneError, match=r"did not answer in 2 attempts of at most 1.5 s each .*not an outage.*raise the deadline"):
             client.generate(MSGS)
         assert bad.requests == 2
     finally:
@@ -118,7 +118,7 @@ def test_an_overall_deadline_cuts_off_a_slow_or_silent_server(mode):
 def test_a_hanging_model_list_fails_fast_at_start():
     bad = Misbehaving("silent")
     try:  # the start-up check's own deadline (1 s), not a call's (120 s)
-        with pytest.raises(BackboneError, match=r"/models failed after 2 attempts of at most 1 s each"):
+        with pytest.raises(BackboneError, match=r"/models did not answer in 2 attempts of at most 1 s each .*not an outage"):
             OpenAIBackbone(bad.url, check_deadline_s=1.0)
     finally:
         bad.close()
