@@ -75,14 +75,14 @@ def rows_table(rows: Sequence[Row], *, reference: str | None = None, notes: Mapp
     """Held-out success per agent with 95 % Wilson intervals; against ``reference`` (a row's
     label), Newcombe's interval of the difference."""
     ref = next((r for r in rows if r.label == reference), None)
-    lines = ["| agent | held-out success | minus " + (reference or "-") + " | mean steps (won) | what it is |",
-             "|---|---|---|---|---|"]
+    lines = ["| agent | held-out success | " + (f"minus {reference} | " if reference else "")
+             + "mean steps (won) | what it is |", "|---|---|" + ("---|" if reference else "") + "---|---|"]
     for r in rows:
         won_steps = [h.num_steps for h in r.heads if h.success]
         diff = "-" if ref is None or r is ref else str(difference(r.won, r.n, ref.won, ref.n))
-        lines.append(f"| {r.label} | {_cell(r)} | {diff} | "
-                     f"{statistics.fmean(won_steps):.1f} | {(notes or {}).get(r.label, '')} |" if won_steps else
-                     f"| {r.label} | {_cell(r)} | {diff} | - | {(notes or {}).get(r.label, '')} |")
+        steps = f"{statistics.fmean(won_steps):.1f}" if won_steps else "-"
+        lines.append(f"| {r.label} | {_cell(r)} | " + (f"{diff} | " if reference else "")
+                     + f"{steps} | {(notes or {}).get(r.label, '')} |")
     return lines
 
 

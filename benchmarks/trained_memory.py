@@ -31,6 +31,8 @@ from ap_gym.report import collect, report_tables, write_report  # noqa: E402
 from ap_gym.report.stats import difference, proportion  # noqa: E402
 from ap_gym.training import TrainConfig, Trainer  # noqa: E402
 from benchmarks._bench import emit, machine  # noqa: E402
+from benchmarks._heldout import evaluate, rows_table  # noqa: E402
+from benchmarks.agent import RULE  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 #: The report's tables this section shows, in order.
@@ -62,6 +64,23 @@ def pooled(run_dir: Path, reference: str = "no_memory") -> tuple[list[str], list
         else:
             said.append(f"{arm} minus {reference}: {d}, an interval that holds 0 (no difference shown)")
     return lines, said
+
+
+def baselines(config: RunConfig, benchmark: str) -> list[str]:
+    """The floor, the best simple rule and the ceiling on the run's own held-out games at its
+    step limit (random: one run per seed of the study), so each arm's number can be read."""
+    env_id = config.benchmarks[0]
+    rule, what = RULE[benchmark]
+    out = Path(config.out) / f"{config.name}-baselines"
+    rows = [evaluate("random", out, env_id, config.env_options.get(env_id, {}), [{"name": "random"}],
+                     seeds=tuple(config.seeds), heldout=config.heldout, max_steps=config.max_steps)["random"]]
+    rows += list(evaluate("rules", out, env_id, config.env_options.get(env_id, {}),
+                          [{"name": rule, "label": "rule"}, {"name": "walkthrough"}], heldout=config.heldout,
+                          max_steps=config.max_steps).values())
+    notes = {"random": "the floor: uniform over the admissible commands", "rule": f"the best simple rule: {what}",
+             "walkthrough": "the ceiling: the expert's plan"}
+    return ["The same held-out games at the same step limit, played without a model "
+            f"(`{out}`):", "", *rows_table(rows, notes=notes), ""]
 
 
 def guided(benchmark: str) -> list[str]:
@@ -108,7 +127,8 @@ def main() -> None:
             "guidance), exposure to stored abstractions randomised per training task (p = "
             f"{config.audit.randomise_exposure}). Report: `{report / 'report.md'}`.", "",
             "Held-out success per arm, pooled over seeds, with 95 % Wilson intervals and Newcombe's interval of the "
-            "difference to no memory:", "", *lines, "", "What the intervals allow: " + "; ".join(said) + ".", ""]
+            "difference to no memory:", "", *lines, "", "What the intervals allow: " + "; ".join(said) + ".", "",
+            *baselines(config, args.benchmark)]
     for name in SHOWN:
         if name in tables:
             text += [tables[name].markdown(), ""]
