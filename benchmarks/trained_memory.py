@@ -66,6 +66,16 @@ def pooled(run_dir: Path, reference: str = "no_memory") -> tuple[list[str], list
     return lines, said
 
 
+def unfinished(run_dir: Path, config: RunConfig) -> list[str]:
+    """The settings (arm/seed) whose held-out phase did not finish."""
+    done: dict[tuple[str, int], int] = defaultdict(int)
+    for h in load_headers(run_dir):
+        if h.phase == "eval" and h.iteration == config.iterations - 1:  # iterations count from 0
+            done[(h.policy, h.seed)] += 1
+    want = config.heldout or 0
+    return [f"{p.label}/seed{s}" for p in config.policies for s in config.seeds if done[(p.label, s)] < want]
+
+
 def baselines(config: RunConfig, benchmark: str) -> list[str]:
     """The floor, the best simple rule and the ceiling on the run's own held-out games at its
     step limit (random: one run per seed of the study), so each arm's number can be read."""
@@ -107,6 +117,9 @@ def main() -> None:
     parser.add_argument("--guided", action="store_true",
                         help="also the arm trained with Anti-Persistence's guidance in its prompts "
                              "(benchmarks/train/<benchmark>-guided.yaml, paper/trained_<benchmark>_guided.yaml)")
+    parser.add_argument("--as-it-stands", action="store_true",
+                        help="report the run as far as it got (no episode is played; the section names the settings "
+                             "missing): for a run stopped before its end")
     args = parser.parse_args()
     config = RunConfig.from_file(args.config or HERE / "paper" / f"trained_{args.benchmark}.yaml",
                                  workers=args.workers)
@@ -115,7 +128,7 @@ def main() -> None:
     if not Path(config.backbone).exists():  # the checkpoint first: SFT, then GRPO
         for stage in ("sft", "grpo"):
             Trainer(TrainConfig.from_file(HERE / "train" / f"{args.benchmark}-{stage}.yaml")).run()
-    run_dir = run(config)
+    run_dir = Path(config.out) / config.name if args.as_it_stands else run(config)
     report = write_report([run_dir])
     tables = {t.name: t for t in report_tables(collect([run_dir]))}
     lines, said = pooled(run_dir)
@@ -129,6 +142,12 @@ def main() -> None:
             "Held-out success per arm, pooled over seeds, with 95 % Wilson intervals and Newcombe's interval of the "
             "difference to no memory:", "", *lines, "", "What the intervals allow: " + "; ".join(said) + ".", "",
             *baselines(config, args.benchmark)]
+    missing = unfinished(run_dir, config)
+    if missing:
+        text[:0] = [f"**Unfinished:** this run was stopped before its end; {len(missing)} of "
+                    f"{len(config.policies) * len(config.seeds)} settings have no complete held-out results and are "
+                    f"not in the tables ({', '.join(missing)}). Every number below is from the settings that finished.",
+                    ""]
     for name in SHOWN:
         if name in tables:
             text += [tables[name].markdown(), ""]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import re
 import signal
 import sys
@@ -468,6 +469,9 @@ class RunConfig(BaseModel):
                if k not in EXECUTION_KEYS and not (k in defaults and v == defaults[k])}
         # the limits that ran: a run saved with max_steps: 50 resumes with the registration's 50
         out["max_steps"] = {b: self.step_limit(b)[0] for b in self.benchmark_ids()}
+        # the arms are a set (labels are unique): their order says only which runs first, so a
+        # run reordered to finish some arms sooner still resumes
+        out["policies"] = sorted(out["policies"], key=lambda p: json.dumps(p, sort_keys=True, default=str))
         return out
 
 

@@ -66,6 +66,18 @@ def test_a_moved_run_resumes_and_a_different_one_is_refused(tmp_path):
     assert json.loads((moved / "t" / "config.json").read_text())["config"]["max_steps"] == 3
 
 
+def test_arms_reordered_still_resume_and_an_arm_changed_does_not(tmp_path):
+    data = config(tmp_path, policies=[{"name": "random"}, {"name": "walkthrough"}], iterations=1, heldout=1)
+    run_dir = run(RunConfig.from_dict(data), progress=False)
+    before = (run_dir / "summary.json").read_text()
+    # the order of the arms says which runs first, not what the run computes
+    run(RunConfig.from_dict({**data, "policies": [{"name": "walkthrough"}, {"name": "random"}]}), progress=False)
+    assert (run_dir / "summary.json").read_text() == before
+    with pytest.raises(ConfigError, match="different config"):
+        run(RunConfig.from_dict({**data, "policies": [{"name": "walkthrough"}, {"name": "random", "label": "r"}]}),
+            progress=False)
+
+
 @pytest.mark.parametrize(("options", "path", "valid"), [
     ({"agnet": {"action_mode": "react"}}, r"policies\.0\.options\.agnet", r"agent, memory"),
     ({"memory": {"budgt": 3}}, r"policies\.0\.options\.memory\.budgt", r"budget, record_tokens"),
