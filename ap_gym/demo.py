@@ -103,7 +103,7 @@ def trained_demo(out: str | Path = "results", checkpoint: str | None = None, tas
                       f"{_recipe_minutes()} on 2 CPU cores):\n"
                       "  .venv/bin/ap-gym train benchmarks/train/alfworld-sft.yaml\n"
                       "then `make demo` shows it beside the untrained model and the best simple rule, and "
-                      "benchmarks/RESULTS.md (agent_alfworld) shows the whole recipe's held-out results.")
+                      "benchmarks/RESULTS.md (the `agent.py` sections) shows what the recipes give on held-out games.")
         return 0
     try:
         verify_checkpoint(found, hashes=False)
@@ -130,7 +130,7 @@ def trained_demo(out: str | Path = "results", checkpoint: str | None = None, tas
                       ", ".join(sorted({h.task_family for h in mine if h.success})) or "-")
     console.print(table)
     console.print(f"results: {config.run_dir} (ap-gym view {config.run_dir}); the full held-out comparison with "
-                  "intervals: benchmarks/RESULTS.md, section agent_alfworld")
+                  "intervals: benchmarks/RESULTS.md, the agent.py sections")
     return 0
 
 
@@ -143,4 +143,4 @@ def _recipe_minutes() -> str:
         found = re.search(r"SFT (\d+) min", section.read_text())
     except OSError:
         found = None
-    return f"{found.group(1)} minutes" if found else "an hour"
+    return f"{found.group(1)} minutes" if found else "one to two hours"  # 2 h here beside other jobs (2026-12-06)
