@@ -66,6 +66,54 @@ def pooled(run_dir: Path, reference: str = "no_memory") -> tuple[list[str], list
     return lines, said
 
 
+#: The verbs a TextWorld or ALFWorld command starts with, and words no command holds: guidance
+#: made only of short commands is actions, not advice.
+VERBS = frozenset(["go", "take", "open", "close", "unlock", "lock", "insert", "put", "drop", "examine", "look",
+                   "inventory", "eat", "cook", "slice", "heat", "cool", "clean", "toggle", "use", "move"])
+ADVICE = frozenset(["you", "your", "should", "if", "when", "before", "after", "then", "first", "always", "never",
+                    "try", "must", "need", "sure", "avoid", "don't", "is", "are", "will", "can", "because"])
+
+
+def only_commands(text: str) -> bool:
+    """Whether ``text`` (headers and numbering aside) is nothing but short commands."""
+    import re
+
+    body = " ".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    words = [w.strip("*-:.,;!?()[]\"'").lower() for w in body.split()]
+    words = [w for w in words if w and not w.isdigit()]
+    if not words or words[0] not in VERBS or ADVICE & set(words):
+        return False
+    segments = re.split(r" (?=(?:" + "|".join(sorted(VERBS)) + r") )", " ".join(words) + " ")
+    return all(len(seg.split()) <= 5 for seg in segments)
+
+
+def guidance_table(run_dir: Path) -> list[str]:
+    """What each arm's prompt showed as guidance on the held-out tasks: how often, how long, and
+    how often it was nothing but commands (a model trained only to act may answer a request
+    for advice with actions), with an example."""
+    import re
+    import statistics
+
+    heads = [h for h in load_headers(run_dir) if h.phase == "eval" and not h.infrastructure_failure]
+    by: dict[str, list[str]] = defaultdict(list)
+    for h in heads:
+        d = h.decisions
+        by[h.policy].append((d.mode_guidance or d.guidance or "").strip())
+    lines = ["| arm | held-out episodes | with guidance | words (median) | only commands | an example |",
+             "|---|---|---|---|---|---|"]
+    for arm, texts in by.items():
+        shown = [t for t in texts if t]
+        if not shown:
+            continue
+        words = [len(t.split()) for t in shown]
+        commands = sum(only_commands(t) for t in shown)
+        example = re.sub(r"\s+", " ", min(shown, key=lambda t: abs(len(t.split()) - statistics.median(words))))
+        example = example[:100].replace("|", "/") + ("..." if len(example) > 100 else "")
+        lines.append(f"| {arm} | {len(texts)} | {len(shown)} | {statistics.median(words):g} | "
+                     f"{commands} ({commands / len(shown):.0%}) | {example} |")
+    return lines
+
+
 def unfinished(run_dir: Path, config: RunConfig) -> list[str]:
     """The settings (arm/seed) whose held-out phase did not finish."""
     done: dict[tuple[str, int], int] = defaultdict(int)
@@ -142,6 +190,8 @@ def main() -> None:
             "Held-out success per arm, pooled over seeds, with 95 % Wilson intervals and Newcombe's interval of the "
             "difference to no memory:", "", *lines, "", "What the intervals allow: " + "; ".join(said) + ".", "",
             *baselines(config, args.benchmark)]
+    text += ["What the prompts showed as guidance on the held-out tasks (`only commands`: besides headers, "
+             "nothing but commands of at most five words each, and no word of advice such as 'you', 'if' or 'before'):", "", *guidance_table(run_dir), ""]
     missing = unfinished(run_dir, config)
     if missing:
         text[:0] = [f"**Unfinished:** this run was stopped before its end; {len(missing)} of "
