@@ -55,7 +55,7 @@ __all__ = ["FILTERS", "SORTS", "RunIndex"]
 log = logging.getLogger(__name__)
 
 #: Bump when the index's tables change: an index of another version is rebuilt.
-INDEX_VERSION = 8
+INDEX_VERSION = 9
 #: Episode columns a client may filter on (exact match).
 FILTERS = ("benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome")
 
@@ -227,18 +227,29 @@ def _memory_stamp(directory: Path) -> str:
     return "\n".join(parts)
 
 
-#: Bytes before where the index stopped that a catch-up checks are still there.
+#: Bytes before where the index stopped that a catch-up checks are still there, the same at
+#: the file's start, and how many evenly spaced blocks of how many bytes in between.
 TAIL_BYTES = 4096
+SAMPLES, SAMPLE_BYTES = 64, 512
 
 
 def _tail(path: Path, end: int) -> str:
-    """A digest of the bytes of ``path`` just before ``end``: a catch-up reads on from ``end``
-    only if they are unchanged (a file edited or rewritten before that point, not appended
-    to, has other byte offsets: its index is rebuilt)."""
+    """A digest of the indexed region of ``path`` (its first ``end`` bytes): the bytes just
+    before ``end``, its first bytes and 64 evenly spaced blocks between. A catch-up reads on
+    from ``end`` only if it is unchanged: a file edited or rewritten before that point, not
+    appended to, has other byte offsets, and its index is rebuilt. Only the tail was checked
+    once, so a same-length edit further back kept a stale row for good; a sample is a few
+    dozen reads however large the run, and an edit that misses every sampled byte still goes
+    unseen (each line's own bytes are read again when an episode is opened)."""
     try:
         with open(path, "rb") as f:
-            f.seek(max(0, end - TAIL_BYTES))
-            return hashlib.sha256(f.read(min(end, TAIL_BYTES))).hexdigest()
+            parts = []
+            for start, size in ((0, TAIL_BYTES), *((end * k // (SAMPLES + 1), SAMPLE_BYTES)
+                                                  for k in range(1, SAMPLES + 1)),
+                                (max(0, end - TAIL_BYTES), TAIL_BYTES)):
+                f.seek(start)
+                parts.append(f.read(max(0, min(size, end - start))))
+            return hashlib.sha256(b"\0".join(parts)).hexdigest()
     except OSError:
         return ""
 

@@ -62,6 +62,30 @@ def test_an_edited_or_shrunk_file_is_indexed_anew_not_caught_up(view_run, tmp_pa
     ix.close()
 
 
+def test_a_same_length_edit_far_before_the_end_is_seen(view_run, tmp_path):
+    """Only the last 4 kB were checked once: an edit of the same length further back, then an
+    append, kept the stale rows for good. The indexed region's sample sees it."""
+    TAIL_BYTES, SAMPLES = 4096, 64  # noqa: N806 (ap_gym.view.index's; literal, so the test runs on the old index)
+    run = _copy(view_run, tmp_path)
+    log = next(setting_dirs(run)) / EPISODES
+    lines = log.read_bytes().splitlines(keepends=True)
+    while log.stat().st_size < 4 * TAIL_BYTES:  # large enough for a middle that neither end covers
+        with open(log, "ab") as f:
+            f.write(b"".join(lines))
+    first = RunIndex(run)
+    build = first.build_id
+    first.close()
+    data = bytearray(log.read_bytes())
+    spacing = len(data) // (SAMPLES + 1)
+    middle = slice(len(data) // 2 - spacing, len(data) // 2 + spacing)
+    assert middle.start > TAIL_BYTES and middle.stop < len(data) - TAIL_BYTES
+    data[middle] = bytes(data[middle]).translate(bytes.maketrans(b"ab", b"ba"))  # same length, other bytes
+    log.write_bytes(bytes(data) + lines[0])  # and the run went on
+    ix = RunIndex(run)
+    assert ix.build_id != build  # built anew, not caught up over the edit
+    ix.close()
+
+
 def test_a_setting_whose_memory_changed_is_read_again(view_run, tmp_path):
     run = _copy(view_run, tmp_path)
     RunIndex(run).close()
