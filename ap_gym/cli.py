@@ -238,6 +238,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_view(args: argparse.Namespace) -> int:
+    from ap_gym.errors import StoreError
     from ap_gym.view import serve, write_static
 
     try:
@@ -247,8 +248,15 @@ def _cmd_view(args: argparse.Namespace) -> int:
             return 0
         serve(args.runs, host=args.host, port=args.port, open_browser=args.open, rebuild=args.rebuild,
               api_key=args.api_key or os.environ.get("AP_GYM_VIEW_KEY") or None)
-    except (FileNotFoundError, FileExistsError, ValueError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError, StoreError) as e:
         raise SystemExit(f"ap-gym view: {e}") from None
+    except OSError as e:
+        from ap_gym.view.index import disk_full
+
+        if not disk_full(e):
+            raise
+        raise SystemExit(f"ap-gym view: the disk is full ({e}); the bundle {args.static or ''} is incomplete: free "
+                         "some space (or name a directory on another disk) and run it again") from None
     return 0
 
 

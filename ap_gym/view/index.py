@@ -20,6 +20,7 @@ index the same lines twice.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -275,6 +276,23 @@ def _index_path(run: Path) -> Path:
     return cache_dir("view", name) / "index.sqlite"
 
 
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` is a full disk (as the OS or SQLite says it)."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return isinstance(error, sqlite3.OperationalError) and "disk is full" in str(error)
+
+
+def _memory_path(run: Path) -> Path:
+    """Where an index goes when the disk is full: a RAM-backed tmpfs where there is one."""
+    shm = Path("/dev/shm")
+    root = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    name = hashlib.sha256(str(run.resolve()).encode()).hexdigest()[:16]
+    directory = root / f"ap-gym-view-{os.getuid() if hasattr(os, 'getuid') else 0}" / name
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return directory / "index.sqlite"
+
+
 @dataclass(frozen=True)
 class Page:
     """One page of episode rows and how many rows match in all."""
@@ -292,6 +310,29 @@ class RunIndex:
         self.run = Path(run)
         self.meta = load_config(self.run)  # refuses a directory that is not a run
         self.path = _index_path(self.run)
+        try:
+            self._prepare(rebuild)
+        except (OSError, sqlite3.OperationalError) as e:
+            if not disk_full(e):
+                raise
+            self._to_memory(e)
+            try:
+                self._prepare(True)
+            except (OSError, sqlite3.OperationalError) as again:
+                raise StoreError(f"cannot index {self.run}: the disk is full ({e}), and so is {self.path.parent} "
+                                 f"({again}); free some space and open it again") from None
+
+    def _to_memory(self, error: BaseException) -> None:
+        """The index is a cache: on a full disk it is kept in memory for this viewer (a
+        tmpfs, where there is one), with a warning, instead of a raw SQLite error."""
+        with contextlib.suppress(sqlite3.Error, AttributeError):
+            self.conn.close()
+        fallback = _memory_path(self.run)
+        log.warning("%s: the disk is full (%s); the view index is kept in memory at %s for this viewer only "
+                    "(free some space to keep it between viewers)", self.path, error, fallback)
+        self.path = fallback
+
+    def _prepare(self, rebuild: bool) -> None:
         signature = _signature(self.run)
         if rebuild or not self._usable():
             self._build(signature)
@@ -323,6 +364,16 @@ class RunIndex:
         resume quarantined a damaged line), whose bytes before that point changed (edited,
         not appended to) or that is gone means a rebuild. Returns whether anything new was
         indexed."""
+        try:
+            return self._refresh()
+        except (OSError, sqlite3.OperationalError) as e:
+            if not disk_full(e):
+                raise
+            self._to_memory(e)
+            self._prepare(True)
+            return True
+
+    def _refresh(self) -> bool:
         current = _signature(self.run)
         if current == self.signature:
             return False

@@ -86,6 +86,35 @@ def test_a_same_length_edit_far_before_the_end_is_seen(view_run, tmp_path):
     ix.close()
 
 
+def test_a_full_disk_keeps_the_index_in_memory_with_a_warning(view_run, tmp_path, monkeypatch, caplog):
+    """The index is a cache: a full disk (ENOSPC where it is written) gave a raw SQLite or OS
+    error in view and view --static; now the index goes to memory and says so."""
+    import errno
+    import logging
+
+    from ap_gym.view import index as index_module
+
+    run = _copy(view_run, tmp_path)
+    real = index_module.tempfile.mkstemp
+
+    def full(*args, dir=None, **kwargs):  # noqa: A002 (mkstemp's own name)
+        if dir is not None and str(dir).startswith(str(run)):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(index_module.tempfile, "mkstemp", full)
+    with caplog.at_level(logging.WARNING, logger=index_module.log.name):
+        ix = RunIndex(run)
+    try:
+        assert not str(ix.path).startswith(str(run))
+        assert "disk is full" in caplog.text and str(ix.path.parent) in caplog.text
+        fresh = RunIndex(_copy(view_run, tmp_path, "fresh"), rebuild=True)
+        assert _rows(ix) == _rows(fresh)  # the same index, only elsewhere
+        fresh.close()
+    finally:
+        ix.close()
+
+
 def test_a_setting_whose_memory_changed_is_read_again(view_run, tmp_path):
     run = _copy(view_run, tmp_path)
     RunIndex(run).close()
