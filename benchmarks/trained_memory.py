@@ -39,10 +39,13 @@ HERE = Path(__file__).resolve().parent
 SHOWN = ("final_success", "calls", "modes", "discard_vs_persist", "audit")
 
 
-def pooled(run_dir: Path, reference: str = "no_memory") -> tuple[list[str], list[str]]:
+def pooled(run_dir: Path, reference: str = "no_memory",
+           leave_out: frozenset[str] = frozenset(), order: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
     """Each arm's held-out success at the final iteration pooled over seeds, and sentences on
-    which differences to ``reference`` the intervals allow."""
-    heads = [h for h in load_headers(run_dir) if h.phase == "eval" and not h.infrastructure_failure]
+    which differences to ``reference`` the intervals allow (``leave_out``: settings
+    ``arm/seedN`` that did not finish)."""
+    heads = [h for h in load_headers(run_dir) if h.phase == "eval" and not h.infrastructure_failure
+             and f"{h.policy}/seed{h.seed}" not in leave_out]
     last = max(h.iteration for h in heads)
     by: dict[str, list[bool]] = defaultdict(list)
     for h in heads:
@@ -51,7 +54,8 @@ def pooled(run_dir: Path, reference: str = "no_memory") -> tuple[list[str], list
     ref = by.get(reference, [])
     lines = [f"| arm | held-out success (pooled over seeds) | minus {reference} |", "|---|---|---|"]
     said = []
-    for arm, wins in by.items():
+    rank = {arm: k for k, arm in enumerate(order)}
+    for arm, wins in sorted(by.items(), key=lambda item: (rank.get(item[0], len(rank)), item[0])):
         if arm == reference:
             lines.append(f"| {arm} | {proportion(sum(wins), len(wins))} ({sum(wins)}/{len(wins)}) | - |")
             continue
@@ -179,7 +183,8 @@ def main() -> None:
     run_dir = Path(config.out) / config.name if args.as_it_stands else run(config)
     report = write_report([run_dir])
     tables = {t.name: t for t in report_tables(collect([run_dir]))}
-    lines, said = pooled(run_dir)
+    missing = unfinished(run_dir, config)
+    lines, said = pooled(run_dir, leave_out=frozenset(missing), order=tuple(p.label for p in config.policies))
     text = [f"The protocol of `benchmarks/paper/trained_{args.benchmark}.yaml` on `{config.backbone}` (SmolLM2-135M-"
             f"Instruct after SFT and GRPO here, fixed before any held-out number was seen): {config.iterations} training "
             f"iteration of {config.train_per_iter} tasks, then {config.heldout} held-out tasks with memory frozen, "
@@ -191,13 +196,12 @@ def main() -> None:
             "difference to no memory:", "", *lines, "", "What the intervals allow: " + "; ".join(said) + ".", "",
             *baselines(config, args.benchmark)]
     text += ["What the prompts showed as guidance on the held-out tasks (`only commands`: besides headers, "
-             "nothing but commands of at most five words each, and no word of advice such as 'you', 'if' or 'before'):", "", *guidance_table(run_dir), ""]
-    missing = unfinished(run_dir, config)
+             "nothing but commands of at most five words each, and no word of advice such as 'you', 'if' or "
+             "'before'):", "", *guidance_table(run_dir), ""]
     if missing:
         text[:0] = [f"**Unfinished:** this run was stopped before its end; {len(missing)} of "
-                    f"{len(config.policies) * len(config.seeds)} settings have no complete held-out results and are "
-                    f"not in the tables ({', '.join(missing)}). Every number below is from the settings that finished.",
-                    ""]
+                    f"{len(config.policies) * len(config.seeds)} settings have no complete held-out results ({', '.join(missing)}): the pooled "
+                    "table leaves them out; the report's tables (Table 1 on) count the episodes they played.", ""]
     for name in SHOWN:
         if name in tables:
             text += [tables[name].markdown(), ""]
