@@ -63,7 +63,8 @@ def test_a_local_instance_runs_its_workers_at_the_drivers_niceness():
                          env={**env, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"},
                          cwd=Path(__file__).resolve().parents[3])
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split()[-3:] == ["3", "3", "False"]  # and the variable is not left behind
+    driver = str(min(os.nice(0) + 3, 19))  # os.nice is relative: 3 above the suite's own (nice 5 gives 8)
+    assert out.stdout.split()[-3:] == [driver, driver, "False"]  # and the variable is not left behind
 
 
 def test_a_cluster_whose_workers_run_at_a_lower_priority_is_named(caplog):
