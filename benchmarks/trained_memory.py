@@ -207,7 +207,8 @@ def main() -> None:
             text += [tables[name].markdown(), ""]
     if args.guided:
         text += guided(args.benchmark)
-    text += [f"This invocation: {(time.perf_counter() - started) / 60:.0f} min.", ""]
+    text += [f"This invocation: {(time.perf_counter() - started) / 60:.0f} min (settings an earlier invocation "
+             "finished are read, not played again).", ""]
     emit(f"trained_memory_{args.benchmark}", f"`trained_memory.py {args.benchmark}`: every memory design on the "
          "agent trained here", "\n".join(text))
 

@@ -98,6 +98,18 @@ def test_every_figure_the_readme_quotes_is_in_results_md():
         assert date in results, f"README dates a figure {date}, but no RESULTS.md section has that date"
 
 
+def test_the_trained_agents_figures_are_results_md_figures():
+    """The opening's trained agent is quoted from RESULTS.md: every interval and count there
+    (``0.55 [0.40, 0.69]``, ``22/40``) is one a benchmark script wrote."""
+    results = (README.parent / "benchmarks" / "RESULTS.md").read_text()
+    text = README.read_text()
+    section = text[text.index("## An agent trained here"):text.index("## Ten lines of Python")]
+    quoted = re.findall(r"\d\.\d\d \[\d\.\d\d, \d\.\d\d\]", section) + re.findall(r"\(\d+/\d+\)", section)
+    assert len(quoted) >= 6, "the section quotes no measured figure"
+    missing = [q for q in quoted if q not in results]
+    assert not missing, f"README quotes figures that RESULTS.md does not hold: {missing}"
+
+
 def test_the_training_config_block_is_a_valid_training_config():
     """The README's ``ap-gym train`` config is one the trainer takes (and the recipe's own)."""
     from ap_gym.training import TrainConfig
