@@ -19,6 +19,8 @@ A missing checkpoint is trained first (``benchmarks/train/<benchmark>-sft.yaml``
 from __future__ import annotations
 
 import argparse
+import re
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -80,8 +82,6 @@ ADVICE = frozenset(["you", "your", "should", "if", "when", "before", "after", "t
 
 def only_commands(text: str) -> bool:
     """Whether ``text`` (headers and numbering aside) is nothing but short commands."""
-    import re
-
     body = " ".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     words = [w.strip("*-:.,;!?()[]\"'").lower() for w in body.split()]
     words = [w for w in words if w and not w.isdigit()]
@@ -95,9 +95,6 @@ def guidance_table(run_dir: Path) -> list[str]:
     """What each arm's prompt showed as guidance on the held-out tasks: how often, how long, and
     how often it was nothing but commands (a model trained only to act may answer a request
     for advice with actions), with an example."""
-    import re
-    import statistics
-
     heads = [h for h in load_headers(run_dir) if h.phase == "eval" and not h.infrastructure_failure]
     by: dict[str, list[str]] = defaultdict(list)
     for h in heads:
@@ -134,9 +131,10 @@ def baselines(config: RunConfig, benchmark: str) -> list[str]:
     env_id = config.benchmarks[0]
     rule, what = RULE[benchmark]
     out = Path(config.out) / f"{config.name}-baselines"
-    rows = [evaluate("random", out, env_id, config.env_options.get(env_id, {}), [{"name": "random"}],
+    options = config.env_options.get(env_id, {})
+    rows = [evaluate("random", out, env_id, options, [{"name": "random"}],
                      seeds=tuple(config.seeds), heldout=config.heldout, max_steps=config.max_steps)["random"]]
-    rows += list(evaluate("rules", out, env_id, config.env_options.get(env_id, {}),
+    rows += list(evaluate("rules", out, env_id, options,
                           [{"name": rule, "label": "rule"}, {"name": "walkthrough"}], heldout=config.heldout,
                           max_steps=config.max_steps).values())
     notes = {"random": "the floor: uniform over the admissible commands", "rule": f"the best simple rule: {what}",
@@ -180,7 +178,7 @@ def main() -> None:
     if not Path(config.backbone).exists():  # the checkpoint first: SFT, then GRPO
         for stage in ("sft", "grpo"):
             Trainer(TrainConfig.from_file(HERE / "train" / f"{args.benchmark}-{stage}.yaml")).run()
-    run_dir = Path(config.out) / config.name if args.as_it_stands else run(config)
+    run_dir = config.run_dir if args.as_it_stands else run(config)
     report = write_report([run_dir])
     tables = {t.name: t for t in report_tables(collect([run_dir]))}
     missing = unfinished(run_dir, config)

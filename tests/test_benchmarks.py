@@ -43,3 +43,23 @@ def test_agent_py_runs_its_whole_recipe_small(tmp_path):
     for row in ("| random |", "| rule |", "| walkthrough |", "| untrained |", "| sft |", "| sft+grpo |"):
         assert row in text, row
     assert "Held-out wins per task family" in text and "How the episodes ended" in text
+
+
+@pytest.mark.parametrize(("text", "commands"), [
+    ("go south", True),
+    ("## Lessons from earlier tasks\ngo south go south go east go south go west", True),
+    ("1. open the door\n2. go east", True),
+    ("take red apple from table", True),
+    # advice, and what the untrained model wrote as guidance in trained_memory.py's run: not commands
+    ("Take the key before you go north.", False),
+    ("Always open the chest first, then take what is in it.", False),
+    ("1. The goal is to find the keycard and pick it up. 2. The keycard is a standard kind of thing.", False),
+    ("go to the kitchen and look around, because the key is usually there", False),
+    ("", False),
+])
+def test_the_guidance_table_tells_commands_from_advice(text, commands):
+    """trained_memory.py's 'only commands' column: a planted mix of moves and advice."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.trained_memory import only_commands
+
+    assert only_commands(text) is commands
