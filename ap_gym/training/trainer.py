@@ -124,6 +124,18 @@ class SFTStage(BaseModel):
         return "sft" if self.guidance is None else f"sft-{self.guidance.policy}"
 
 
+#: Stage keys added to ap-gym after runs were trained, with the default that means "as before":
+#: left out of a run's identity at that default, so older runs resume.
+STAGE_LATER: dict[str, Any] = {"guidance": None}
+
+
+def _stage_identity(stage: Any) -> Any:
+    """A stage's settings as a run's identity compares them (see :data:`STAGE_LATER`)."""
+    if not isinstance(stage, Mapping):
+        return stage
+    return {k: v for k, v in stage.items() if not (k in STAGE_LATER and v == STAGE_LATER[k])}
+
+
 class RLStage(BaseModel):
     """Reinforcement learning from the env's reward with one credit-assignment rule.
 
@@ -260,8 +272,11 @@ class TrainConfig(BaseModel):
         added to ap-gym later, left at its default, is left out too: a run started before it
         existed resumes."""
         later: dict[str, Any] = {"imports": []}
-        return {k: v for k, v in self.model_dump(mode="json").items()
-                if k not in ("threads", "out", "tensorboard") and not (k in later and v == later[k])}
+        out = {k: v for k, v in self.model_dump(mode="json").items()
+               if k not in ("threads", "out", "tensorboard") and not (k in later and v == later[k])}
+        # the same inside each stage: a run trained before SFT's ``guidance`` existed resumes
+        out["stages"] = [_stage_identity(stage) for stage in out["stages"]]
+        return out
 
     @property
     def run_dir(self) -> Path:
@@ -416,8 +431,8 @@ class Trainer:
             self.echo(f"{final}: {e}; training that stage again")
             shutil.rmtree(final, ignore_errors=True)
             return None
-        if done.meta.get("start_sha256") != weights_checksum(start) or done.meta.get("stage") != \
-                stage.model_dump(mode="json"):
+        if done.meta.get("start_sha256") != weights_checksum(start) or \
+                _stage_identity(done.meta.get("stage")) != _stage_identity(stage.model_dump(mode="json")):
             raise TrainError(f"{final} was trained from other weights or settings than this run's; start again "
                              "with --fresh")
         return done

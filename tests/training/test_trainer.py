@@ -229,6 +229,32 @@ def test_a_run_refuses_another_config_or_other_starting_weights(tmp_path):
     assert any(line.startswith("trained:") for line in said)
 
 
+def test_a_run_recorded_before_a_stage_key_existed_resumes(tmp_path):
+    """A run trained before SFT stages had ``guidance`` records no such key; it must resume
+    under the version that added it (left at its default), and a set value must not."""
+    import json
+
+    cfg = config(tmp_path, SFTStage(epochs=1, batch=8))
+    Trainer(cfg, echo=None).run()
+    record = cfg.run_dir / "train.json"
+    old = json.loads(record.read_text())
+    for stage in old["config"]["stages"]:
+        stage.pop("guidance", None)
+    record.write_text(json.dumps(old))
+    from ap_gym.backbones.checkpoint import MANIFEST  # the stage's checkpoint records its stage too
+
+    manifest_path = Trainer(cfg, echo=None).stage_dirs()[0] / "checkpoint" / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest["meta"]["stage"].pop("guidance", None)
+    manifest_path.write_text(json.dumps(manifest))
+    said: list[str] = []
+    Trainer(cfg, echo=said.append).run()
+    assert any(line.startswith("trained:") for line in said)
+    guided = config(tmp_path, SFTStage(epochs=1, batch=8, guidance={"policy": "anti_persistence"}))
+    with pytest.raises(TrainError, match="another config"):
+        Trainer(guided, echo=None).run()
+
+
 def test_one_process_trains_a_run_at_a_time(tmp_path):
     cfg = config(tmp_path)
     with exclusive_lock(cfg.run_dir / ".lock", "test"), pytest.raises(LockedError, match=f"pid {os.getpid()}"):
