@@ -258,3 +258,37 @@ def test_a_report_of_an_unfinished_run_says_so_first_and_one_seed_is_not_a_sprea
                                               iterations=1, train_per_iter=0, heldout=2)), progress=False)
     table1 = (write_report([one_seed]) / "report.md").read_text().split("## Table 1:")[1].split("\n## ")[0]
     assert "(1 seed)" in table1 and "± 0.0" not in table1
+
+
+def test_curves_png_shows_coinciding_methods_apart_with_intervals(tmp_path):
+    """Issue 50: curves.png drew methods at one rate on top of each other (3 of 10 hidden), each
+    with the same marker and a ±1 std band. Each method now has its own line style and marker,
+    later ones thinner and nudged sideways, and every point its pooled 95 % interval."""
+    from ap_gym.report.data import collect
+    from ap_gym.report.plots import curves_figure
+
+    same = [True] * 3 + [False] * 7
+    run = synthetic_run(tmp_path, "flat", {m: list(same) for m in ("no_memory", "trajectory", "abstraction",
+                                                                     "anti_persistence")}, seeds=(0, 1))
+    fig = curves_figure(collect([run]))
+    success = fig.axes[0]
+    lines = [c for c in success.containers]  # one errorbar container per method
+    assert len(lines) == 4
+    styles = {(c.lines[0].get_linestyle(), c.lines[0].get_marker()) for c in lines}
+    assert len(styles) == 4  # no two methods share a look, though their values coincide
+    xs = {tuple(c.lines[0].get_xdata()) for c in lines}
+    assert len(xs) == 4  # nudged apart on the iteration axis
+    assert list(success.get_xticks()) == [0]  # ticks at the iterations, not at the nudges
+    widths = [c.lines[0].get_linewidth() for c in lines]
+    assert widths == sorted(widths, reverse=True)
+    # each point's bar is the pooled 20 episodes' Wilson interval (6 of 20), in %
+    from ap_gym.report.stats import wilson
+
+    low, high = wilson(6, 20)
+    segments = lines[0].lines[2][0].get_segments()
+    assert len(segments) == 1
+    (_, y0), (_, y1) = segments[0]
+    assert abs(y0 - 100 * low) < 1e-6 and abs(y1 - 100 * high) < 1e-6
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

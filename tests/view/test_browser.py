@@ -514,6 +514,16 @@ def test_two_runs_success_curves_overlay_and_the_values_are_the_files(browser, v
     try:
         page.goto(url + "#/curves")
         page.wait_for_selector(f"#curves-plot[data-series='{2 * len(policies)}'] .u-over")
+        # the second run is a copy, so each policy's two lines coincide, and policies at one rate
+        # coincide too (issue 50; one colour per policy and a dash per run hid 3 of 6 lines): every
+        # series has a dash of its own, later ones thinner on top, and every point its interval bar
+        styles = json.loads(page.locator("#curves-plot").get_attribute("data-styles"))
+        assert len(styles) == 2 * len(policies)
+        assert len({tuple(dash) for _, dash, _ in styles}) == len(styles)
+        assert [w for _, _, w in styles] == sorted((w for _, _, w in styles), reverse=True)
+        points = {(h.policy, h.iteration) for h in episodes if h.phase == "eval" and not h.infrastructure_failure}
+        page.wait_for_function("document.querySelector('#curves-plot').dataset.intervals !== undefined")
+        assert page.locator("#curves-plot").get_attribute("data-intervals") == str(2 * len(points))
         for policy in policies:
             rates = []
             for seed in sorted({h.seed for h in episodes}):

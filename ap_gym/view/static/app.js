@@ -210,6 +210,48 @@ function settingFilters(s) {
 
 const COLORS = ["#2459c9", "#c4320a", "#1a7f37", "#8a3ffc", "#b28600", "#007d79", "#d12771", "#5a6872", "#ee5396", "#0072c3"];
 
+// Lines that coincide (several policies at 0 %, or one run copied) stay distinguishable: each
+// series has a dash of its own and the later ones are drawn thinner on top, so the one below
+// shows around them (issues 43 and 50).
+const DASHES = [undefined, [8, 4], [2, 3], [12, 3, 2, 3], [4, 4], [1, 6], [16, 4], [6, 2, 2, 2]];
+
+function lineStyle(i) {
+  return { width: Math.max(1.25, 3.5 - 0.5 * i), dash: DASHES[i % DASHES.length], points: { size: Math.max(4, 9 - i) } };
+}
+
+function legendDashes(plot) {
+  // the legend shows each line's dash too (uPlot draws every marker solid)
+  plot.root.querySelectorAll(".u-legend .u-series").forEach((row, i) => {
+    const marker = row.querySelector(".u-marker"), dash = i ? DASHES[(i - 1) % DASHES.length] : null;
+    if (marker && i) marker.style.borderStyle = !dash ? "solid" : dash[0] <= 2 ? "dotted" : "dashed";
+  });
+}
+
+function drawIntervals(u, series, colour, xOf, box) {
+  // each point's 95 % interval as a bar, the series side by side (not on top of each other);
+  // the count goes on the panel, so a check can hold it to the points that have one
+  const ctx = u.ctx;
+  let intervals = 0;
+  series.forEach((s, i) => {
+    const n = series.length, shift = (i - (n - 1) / 2) * 4 * devicePixelRatio;
+    ctx.save();
+    ctx.strokeStyle = colour(s, i);
+    ctx.lineWidth = 1.5 * devicePixelRatio;
+    for (const p of s.points) {
+      const px = xOf(p);
+      if (!p.interval || px === null || px === undefined) continue;
+      const x = u.valToPos(px, "x", true) + shift;
+      const [y0, y1] = [u.valToPos(p.interval[0], "y", true), u.valToPos(p.interval[1], "y", true)];
+      ctx.beginPath(); ctx.moveTo(x, y0); ctx.lineTo(x, y1);
+      ctx.moveTo(x - 3, y0); ctx.lineTo(x + 3, y0); ctx.moveTo(x - 3, y1); ctx.lineTo(x + 3, y1);
+      ctx.stroke();
+      intervals += 1;
+    }
+    ctx.restore();
+  });
+  box.dataset.intervals = intervals;
+}
+
 function curve(panel) {
   const box = h("div", { class: "panel", "data-panel": panel.panel }, h("h3", {}, panel.panel));
   const its = [...new Set(panel.series.flatMap(s => s.points.map(p => p.iteration)))].sort((a, b) => a - b);
@@ -217,39 +259,15 @@ function curve(panel) {
   const [benchmark, backbone] = panel.panel.split(" @ ");
   const tip = document.getElementById("tooltip");
   let hover = null;
-  // lines that coincide (several policies at 0 %) stay distinguishable: each series has its own
-  // dash and the later ones are drawn thinner on top; each point carries its 95 % interval
-  const DASHES = [undefined, [8, 4], [2, 3], [12, 3, 2, 3], [4, 4], [1, 6]];
-  let intervals = 0;
   const opts = {
     width: 460, height: 260,
     scales: { x: { time: false }, y: { range: [0, 1] } },
     axes: [{ label: "iteration" }, { label: "held-out success (95 % Wilson bars)" }],
     series: [{ label: "iteration" }, ...panel.series.map((s, i) => ({ label: s.policy, stroke: COLORS[i % COLORS.length],
-      width: Math.max(1.25, 3.5 - 0.5 * i), dash: DASHES[i % DASHES.length], points: { size: Math.max(4, 9 - i) } }))],
+      ...lineStyle(i) }))],
     legend: { show: true },
     hooks: {
-      draw: [u => {
-        const ctx = u.ctx;
-        intervals = 0;
-        panel.series.forEach((s, i) => {
-          const n = panel.series.length, shift = (i - (n - 1) / 2) * 4 * devicePixelRatio;  // side by side, not on top
-          ctx.save();
-          ctx.strokeStyle = COLORS[i % COLORS.length];
-          ctx.lineWidth = 1.5 * devicePixelRatio;
-          for (const p of s.points) {
-            if (!p.interval) continue;
-            const x = u.valToPos(p.iteration, "x", true) + shift;
-            const [y0, y1] = [u.valToPos(p.interval[0], "y", true), u.valToPos(p.interval[1], "y", true)];
-            ctx.beginPath(); ctx.moveTo(x, y0); ctx.lineTo(x, y1);
-            ctx.moveTo(x - 3, y0); ctx.lineTo(x + 3, y0); ctx.moveTo(x - 3, y1); ctx.lineTo(x + 3, y1);
-            ctx.stroke();
-            intervals += 1;
-          }
-          ctx.restore();
-        });
-        box.dataset.intervals = intervals;
-      }],
+      draw: [u => drawIntervals(u, panel.series, (s, i) => COLORS[i % COLORS.length], p => p.iteration, box)],
       setCursor: [u => {
         const idx = u.cursor.idx;
         if (idx === null || idx === undefined || u.cursor.left < 0) { tip.hidden = true; hover = null; return; }
@@ -277,11 +295,7 @@ function curve(panel) {
     },
   };
   const plot = new uPlot(opts, data, box);
-  // the legend shows each line's dash too (uPlot draws every marker solid)
-  plot.root.querySelectorAll(".u-legend .u-series").forEach((row, i) => {
-    const marker = row.querySelector(".u-marker"), dash = i ? DASHES[(i - 1) % DASHES.length] : null;
-    if (marker && i) marker.style.borderStyle = !dash ? "solid" : dash[0] <= 2 ? "dotted" : "dashed";
-  });
+  legendDashes(plot);
   plot.over.addEventListener("mouseleave", () => { tip.hidden = true; });
   plot.over.addEventListener("click", () => {
     if (!hover) return;
@@ -897,12 +911,17 @@ async function viewCurves(params) {
     const byPolicy = {};
     for (const s of overviews[k].settings.filter(s => panelOf(s) === panel)) {
       const cost = spent.get(`${s.setting}\u0000${s.iteration}`) || {};
-      ((byPolicy[s.policy] ||= {})[s.iteration] ||= []).push({ y: s[metric], x: x === "iteration" ? s.iteration : cost[x] });
+      ((byPolicy[s.policy] ||= {})[s.iteration] ||= []).push({ y: s[metric], x: x === "iteration" ? s.iteration : cost[x],
+        successes: s.successes || 0, valid: s.valid || 0 });
     }
     for (const [policy, its] of Object.entries(byPolicy)) {
       const mean = v => { const n = v.filter(a => a !== null && a !== undefined); return n.length ? n.reduce((a, b) => a + b, 0) / n.length : null; };
+      const sum = v => v.reduce((a, b) => a + b, 0);
+      // success gets the pooled held-out episodes' 95 % Wilson interval (the seeds' episodes
+      // together, as on the Runs page); a smoothed curve has none (a trailing mean is not a count)
       const points = Object.keys(its).map(Number).sort((a, b) => a - b).map(it => ({ iteration: it,
-        x: mean(its[it].map(p => p.x)), y: mean(its[it].map(p => p.y)) }));
+        x: mean(its[it].map(p => p.x)), y: mean(its[it].map(p => p.y)),
+        interval: metric === "success_rate" && smooth === 1 ? wilson(sum(its[it].map(p => p.successes)), sum(its[it].map(p => p.valid))) : null }));
       const ys = trailingMean(points.map(p => p.y), smooth);
       series.push({ label: `${r.name} · ${policy}`, run: r.run, policy, points: points.map((p, i) => ({ ...p, y: ys[i] })) });
     }
@@ -912,13 +931,29 @@ async function viewCurves(params) {
   if (series.length) {
     const xsAll = [...new Set(series.flatMap(s => s.points.map(p => p.x)).filter(v => v !== null))].sort((a, b) => a - b);
     const data = [xsAll, ...series.map(s => { const m = new Map(s.points.map(p => [p.x, p.y])); return xsAll.map(v => m.has(v) ? m.get(v) : null); })];
-    // runs share a colour per policy and differ by dash, so one policy's runs read as one family
+    // runs share a colour per policy, so one policy's runs read as one family; every series has a
+    // dash and width of its own (lineStyle), so coinciding ones stay visible
     const policies = [...new Set(series.map(s => s.policy))];
-    const opts = { width: 900, height: 340, scales: { x: { time: false } },
-      axes: [{ label: CURVE_X[x] }, { label: smooth > 1 ? `${CURVE_METRICS[metric]} (trailing mean of ${smooth})` : CURVE_METRICS[metric] }],
-      series: [{ label: CURVE_X[x] }, ...series.map(s => ({ label: s.label, stroke: COLORS[policies.indexOf(s.policy) % COLORS.length],
-        dash: s.run % 2 ? [6, 4] : undefined, width: 2, spanGaps: true, points: { size: 6 } }))], legend: { show: true } };
-    new uPlot(opts, data, box);
+    const colour = s => COLORS[policies.indexOf(s.policy) % COLORS.length];
+    const bars = metric === "success_rate" && smooth === 1;
+    const used = new Set();
+    const styles = series.map((s, i) => {  // a (colour, dash) pair no earlier series has, while there is one
+      let k = i;
+      while (used.has(`${colour(s)} ${k % DASHES.length}`) && k < i + DASHES.length) k += 1;
+      used.add(`${colour(s)} ${k % DASHES.length}`);
+      return { stroke: colour(s), ...lineStyle(i), dash: DASHES[k % DASHES.length] };
+    });
+    box.dataset.styles = JSON.stringify(styles.map(t => [t.stroke, t.dash || [], t.width]));
+    const opts = { width: 900, height: 340, scales: { x: { time: false }, ...(metric === "success_rate" ? { y: { range: [0, 1] } } : {}) },
+      axes: [{ label: CURVE_X[x] }, { label: (smooth > 1 ? `${CURVE_METRICS[metric]} (trailing mean of ${smooth})` : CURVE_METRICS[metric])
+        + (bars ? " (95 % Wilson bars)" : "") }],
+      series: [{ label: CURVE_X[x] }, ...series.map((s, i) => ({ label: s.label, spanGaps: true, ...styles[i] }))], legend: { show: true },
+      hooks: { draw: [u => drawIntervals(u, bars ? series : [], colour, p => p.x, box)] } };
+    const plot = new uPlot(opts, data, box);
+    plot.root.querySelectorAll(".u-legend .u-series").forEach((row, i) => {  // the legend shows each dash
+      const marker = row.querySelector(".u-marker"), dash = i ? styles[i - 1].dash : null;
+      if (marker && i) marker.style.borderStyle = !dash ? "solid" : dash[0] <= 2 ? "dotted" : "dashed";
+    });
   } else box.append(h("p", { class: "muted" }, "No run shown: tick one above."));
   const its = [...new Set(series.flatMap(s => s.points.map(p => p.iteration)))].sort((a, b) => a - b);
   root.append(h("h3", {}, `${CURVE_METRICS[metric]} by iteration (the plotted values)`),
