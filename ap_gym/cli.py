@@ -283,7 +283,7 @@ def _cmd_injection(args: argparse.Namespace) -> int:
     config = Injection(share=args.share, seeded=args.seeded, compliance=args.compliance, copying=args.copying,
                        base_error=args.base_error, error_rate=args.error_rate, iterations=args.iterations,
                        train_per_iter=args.train_per_iter, heldout=args.heldout,
-                       dose_shares=tuple(args.dose_shares))
+                       dose_shares=tuple(args.dose_shares), dose_seeds=args.dose_seeds)
     backbone = None
     if args.backbone:  # the randomised-exposure check with a real model's synthesis
         from ap_gym.backbones import make_backbone
@@ -480,6 +480,8 @@ def _parser_injection(sub: Any) -> None:
     p.add_argument("--heldout", type=int, default=100)
     p.add_argument("--dose-shares", type=float, nargs="*", default=[0.0, 0.0],
                    help="shares the dose-response runs besides --share (a second 0 is the placebo)")
+    p.add_argument("--dose-seeds", type=int, default=1,
+                   help="independent runs per dose share, pooled (more: a narrower dose-effect interval)")
     p.add_argument("--backbone", help="synthesise the randomised-exposure check with this model (a served URL, a "
                                       "model path, default): its copying, measured causally")
     p.add_argument("--exposure-calls", type=int, default=200, help="synthesis calls of the randomised check")

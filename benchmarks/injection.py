@@ -23,10 +23,12 @@ def main() -> None:
     parser.add_argument("--train-per-iter", type=int, default=50)
     parser.add_argument("--heldout", type=int, default=100)
     parser.add_argument("--exposure-calls", type=int, default=400)
+    parser.add_argument("--dose-seeds", type=int, default=3,
+                        help="independent runs per dose share, pooled (the dose effect's interval narrows with them)")
     args = parser.parse_args()
     t = time.perf_counter()
     result = run_study(args.out, Injection(iterations=args.iterations, train_per_iter=args.train_per_iter,
-                                           heldout=args.heldout), exposure_calls=args.exposure_calls, progress=False)
+                                           heldout=args.heldout, dose_seeds=args.dose_seeds), exposure_calls=args.exposure_calls, progress=False)
     text = result["report"].read_text().split("\n", 2)[2].replace("![held-out success and buying at once per "
                                                                    "iteration](curves.png)", "")
     emit("injection", "`injection.py`: errors planted where each design reads (scripted actor)",

@@ -13,7 +13,7 @@ from pathlib import Path
 from ap_gym.protocol.results import EpisodeLine, load_episodes, setting_dirs
 from ap_gym.report.audit import Labeller, audit_setting, rejected_items
 from ap_gym.report.labels import Label
-from ap_gym.report.stats import difference, proportion
+from ap_gym.report.stats import allows, difference, proportion
 from ap_gym.report.tables import Table
 from ap_gym.text import guidance_rules
 
@@ -69,10 +69,13 @@ def _headline(finals: dict[str, list[EpisodeLine]]) -> Table:
     wa, wb = sum(x.header.success for x in a), sum(x.header.success for x in b)
     effect = difference(wa, len(a), wb, len(b))
     return Table("injection_discard_vs_persist", "Discard against persist (the paper's Table 2), injection in the "
-                 "records both read", ["discard: success", "persist: success", "discard minus persist"],
-                 [[str(proportion(wa, len(a))), str(proportion(wb, len(b))), str(effect)]],
+                 "records both read", ["discard: success", "persist: success", "discard minus persist",
+                                       "what the interval allows"],
+                 [[str(proportion(wa, len(a))), str(proportion(wb, len(b))), str(effect),
+                   allows(effect, "difference")]],
                  "The same design, seeds, records and synthesis; only whether the synthesised guidance is kept "
-                 "differs. Intervals: Wilson, and Newcombe for the difference.")
+                 "differs. One run: this contrast holds the actor's own copied errors as well as the injected "
+                 "ones (the dose effect above separates them). Intervals: Wilson, and Newcombe for the difference.")
 
 
 def write_injection_report(run_dir: str | Path, out: str | Path, tables: Sequence[Table], head: Sequence[str],

@@ -21,7 +21,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Estimate", "PairedStats", "difference", "holm", "mantel_haenszel", "mean_std", "paired_stats",
+__all__ = ["Estimate", "PairedStats", "allows", "difference", "holm", "mantel_haenszel", "mean_std", "paired_stats",
            "proportion", "wilson"]
 
 
@@ -64,6 +64,16 @@ class Estimate:
 
 
 NO_DATA = Estimate(math.nan, math.nan, math.nan)
+
+
+def allows(estimate: Estimate, effect: str) -> str:
+    """What an interval allows, in a sentence: whether it holds 0, and the effects it rules out."""
+    if not estimate.estimable:
+        return "not measured (no episodes)"
+    if estimate.excludes_zero():
+        return f"excludes 0: {effect} is {'positive' if estimate.value > 0 else 'negative'}"
+    return (f"holds 0: no {effect} shown; one below {estimate.low:+.2f} or above {estimate.high:+.2f} is "
+            "excluded at 95 %")
 
 
 def proportion(k: int, n: int) -> Estimate:

@@ -47,7 +47,7 @@ from ap_gym.options import Options
 from ap_gym.protocol import RunConfig
 from ap_gym.protocol.loop import Runner
 from ap_gym.protocol.setting import build_policy
-from ap_gym.report.stats import Estimate, difference, proportion
+from ap_gym.report.stats import Estimate, allows, difference, proportion
 from ap_gym.report.tables import Table
 from ap_gym.text import commands_in
 
@@ -104,6 +104,9 @@ class Injection(Options):
     #: the dose-response: discard against persist at each of these shares, each an
     #: independent run of the two arms (its own seed); a second 0 % run is the placebo
     dose_shares: tuple[float, ...] = (0.0, 0.0)
+    #: independent runs per share of the dose-response, their final held-out episodes pooled:
+    #: more make the dose effect's interval narrow enough to exclude a real effect
+    dose_seeds: int = Field(default=1, ge=1)
 
 
 def recommends_buying_at_once(text: str, sources: Sequence[Any] = ()) -> bool:
@@ -273,29 +276,33 @@ def randomised_exposure(synthesise: Callable[[list[dict[str, str]]], str], recor
 
 def dose_response(out: str | Path, config: Injection, progress: bool = False) -> list[dict[str, Any]]:
     """Discard against persist at each share of ``config.dose_shares`` and at ``config.share``,
-    each an independent run of the two arms (seed ``config.seed + 1 + k``), and each
-    contrast minus the first 0 % run's: the part of the contrast the injection causes. A
-    second 0 % run is a placebo: its dose effect's interval should hold 0."""
+    each ``config.dose_seeds`` independent runs of the two arms (their final held-out episodes
+    pooled), and each contrast minus the first 0 % share's: the part of the contrast the
+    injection causes. A second 0 % share is a placebo: its dose effect's interval should hold 0."""
     from ap_gym.protocol.results import load_headers
 
     shares = [*config.dose_shares, config.share]
     out_rows: list[dict[str, Any]] = []
     for k, share in enumerate(shares):
-        arm_config = config.model_copy(update={"share": share, "seed": config.seed + 1 + k,
-                                               "arms": ("anti_persistence", "ap_persist"), "dose_shares": ()})
-        arm = Study(arm_config, Path(out) / f"dose{k}_share{share:g}")
-        try:
-            run_dir = arm.run(progress=progress)
-        finally:
-            arm.close()
         final: dict[str, list[bool]] = {}
-        heads = [h for h in load_headers(run_dir) if h.phase == "eval"]
-        last = max((h.iteration for h in heads), default=0)
-        for h in heads:
-            if h.iteration == last and not h.infrastructure_failure:
-                final.setdefault(h.policy, []).append(h.success)
+        seeds = []
+        for j in range(config.dose_seeds):  # seed config.seed + 1 + k for the first (as before: it resumes)
+            seed = config.seed + 1 + k + j * len(shares)
+            arm_config = config.model_copy(update={"share": share, "seed": seed, "dose_seeds": 1,
+                                                   "arms": ("anti_persistence", "ap_persist"), "dose_shares": ()})
+            arm = Study(arm_config, Path(out) / (f"dose{k}_share{share:g}" + (f"_run{j}" if j else "")))
+            try:
+                run_dir = arm.run(progress=progress)
+            finally:
+                arm.close()
+            seeds.append(seed)
+            heads = [h for h in load_headers(run_dir) if h.phase == "eval"]
+            last = max((h.iteration for h in heads), default=0)
+            for h in heads:
+                if h.iteration == last and not h.infrastructure_failure:
+                    final.setdefault(h.policy, []).append(h.success)
         a, b = final.get("anti_persistence", []), final.get("ap_persist", [])
-        out_rows.append({"share": share, "seed": arm_config.seed, "discard": (sum(a), len(a)),
+        out_rows.append({"share": share, "seed": seeds[0], "seeds": seeds, "discard": (sum(a), len(a)),
                          "persist": (sum(b), len(b)), "contrast": difference(sum(a), len(a), sum(b), len(b))})
     base = next((r for r in out_rows if r["share"] == 0.0), None)
     for r in out_rows:
@@ -332,7 +339,8 @@ def run_study(out: str | Path, config: Injection | None = None, *, exposure_call
     finally:
         study.close()
     dose = dose_response(Path(out) / "dose", config, progress=progress)
-    tables.insert(1, dose_table(dose))
+    # the dose effect leads; then its contrasts per share, then the full run's tables
+    tables = [dose_headline(dose), dose_table(dose), *tables]
     actor = study.actor
     compliance = actor.followed / actor.offered if actor.offered else float("nan")
     truth = config.copying * (1 - config.base_error)
@@ -349,6 +357,30 @@ def run_study(out: str | Path, config: Injection | None = None, *, exposure_call
             "compliance": compliance, "dose": dose}
 
 
+def dose_headline(rows: list[dict[str, Any]]) -> Table:
+    """The study's first table: what injecting adds over the 0 % run (and the placebo's check),
+    each with its interval and a sentence on what the interval allows (issue 50)."""
+    body = []
+    seen_zero = False
+    for r in rows:
+        if r["dose"] is None:
+            seen_zero = True
+            continue
+        placebo = r["share"] == 0.0 and seen_zero
+        name = "placebo: a second 0 % run" if placebo else f"{100 * r['share']:g} % injected"
+        runs = len(r.get("seeds", [r["seed"]]))
+        effect = "difference from the 0 % run" if placebo else "effect of injecting"
+        body.append([name, f"{runs} run{'s' * (runs > 1)}, {r['discard'][1]} + {r['persist'][1]} episodes",
+                     str(r["dose"]), allows(r["dose"], effect)])
+    return Table("injection_dose_effect", "What injecting adds (the dose effect): discard minus persist, minus the "
+                 "same contrast at 0 %", ["injected", "runs, held-out episodes (discard + persist)",
+                                           "dose effect [95 %]", "what the interval allows"], body,
+                 "The headline. Injection is the only thing that differs between a share's runs and the 0 % run, "
+                 "so this is the part of discard's lead over persist that the planted errors cause; the contrast "
+                 "at 0 % (the actor's own errors, copied by synthesis) is in the next table. A difference of two "
+                 "differences of rates (range [-2, 2], MOVER interval). The placebo repeats 0 % and should hold 0.")
+
+
 def dose_table(rows: list[dict[str, Any]]) -> Table:
     """The dose-response: each share's discard-minus-persist contrast and what the injection adds."""
     body, data = [], []
@@ -356,7 +388,8 @@ def dose_table(rows: list[dict[str, Any]]) -> Table:
     for r in rows:
         name = f"{100 * r['share']:g} %" + (" (placebo: a second run)" if r["share"] == 0.0 and seen_zero else "")
         seen_zero |= r["share"] == 0.0
-        dose = "(the base)" if r["dose"] is None else str(r["dose"])
+        dose = str(r["dose"]) if r["dose"] is not None else \
+            "(the base)" if r["share"] == 0.0 else "n/a: no 0 % run to subtract"
         body.append([name, str(proportion(*r["discard"])), str(proportion(*r["persist"])), str(r["contrast"]), dose])
         data.append([r["share"], r["seed"], *r["discard"], *r["persist"], r["contrast"].value,
                      r["contrast"].low, r["contrast"].high,

@@ -57,7 +57,7 @@ def test_the_actor_follows_its_guidance_at_the_set_rate():
 
 
 def test_discarding_guidance_beats_persisting_it_with_the_same_records(study):
-    headline = study["tables"][0]
+    headline = next(t for t in study["tables"] if t.name == "injection_discard_vs_persist")
     discard, persist = (float(cell.split()[0]) for cell in headline.rows[0][:2])
     assert discard > persist
     run = study["run"]
@@ -109,6 +109,35 @@ def test_the_dose_response_attributes_nothing_to_a_zero_share(study):
     assert "Dose-response" in report and "placebo" in report
 
 
+def test_the_report_leads_with_the_dose_effect_and_says_what_it_allows(study):
+    """Issue 50: the report led with one run's discard - persist, which holds the actor's own
+    copied errors too, and never said when an interval held 0. The first table is now what
+    injecting adds, each row with a sentence on what its interval allows."""
+    from ap_gym.report.stats import allows
+
+    first = study["tables"][0]
+    assert first.name == "injection_dose_effect"
+    rows = {r[0]: r for r in first.rows}
+    assert set(rows) == {"placebo: a second 0 % run", f"{100 * SMALL.share:g} % injected"}
+    placebo, dosed = study["dose"][1], study["dose"][2]
+    assert rows["placebo: a second 0 % run"][2] == str(placebo["dose"])
+    assert rows["placebo: a second 0 % run"][3].startswith("holds 0")  # the placebo holds 0 (asserted above)
+    assert rows[f"{100 * SMALL.share:g} % injected"][3] == allows(dosed["dose"], "effect of injecting")
+    report = study["report"].read_text()
+    assert report.index("What injecting adds") < report.index("Dose-response") < report.index("Discard against")
+    headline = next(t for t in study["tables"] if t.name == "injection_discard_vs_persist")
+    assert headline.rows[0][3].split(":")[0] in ("holds 0", "excludes 0")
+
+
+def test_what_an_interval_allows_is_said_both_ways():
+    from ap_gym.report.stats import Estimate, allows
+
+    assert allows(Estimate(0.1, -0.2, 0.4), "effect") == ("holds 0: no effect shown; one below -0.20 or above "
+                                                          "+0.40 is excluded at 95 %")
+    assert allows(Estimate(-0.3, -0.5, -0.1), "effect").startswith("excludes 0: effect is negative")
+    assert allows(Estimate(float("nan"), float("nan"), float("nan")), "effect").startswith("not measured")
+
+
 def test_a_difference_of_differences_keeps_its_range():
     from ap_gym.report.stats import difference
     from ap_gym.studies.injection import difference_of_differences
@@ -145,3 +174,18 @@ def test_the_viewer_and_the_report_audit_the_study_run_alike(study, tmp_path):
         gap = mine["estimates"]["gap"][0]
         expected = data[5 + 3 * 3]  # q, alpha, beta, then gap (value, lo, hi each)
         assert (gap is None and expected != expected) or gap == pytest.approx(expected), row[0]
+
+
+def test_dose_seeds_pool_independent_runs_per_share(tmp_path):
+    """``dose_seeds``: each share's runs have seeds of their own (the first is the one a
+    one-run study used, so it resumes), and the share's row pools their final episodes."""
+    from ap_gym.studies.injection import dose_response
+
+    tiny = SMALL.model_copy(update={"train_per_iter": 4, "heldout": 6, "seeded": 4, "dose_shares": (0.0,),
+                                    "dose_seeds": 2})
+    rows = dose_response(tmp_path, tiny)
+    assert [r["share"] for r in rows] == [0.0, tiny.share]
+    assert rows[0]["seeds"][0] == tiny.seed + 1 and rows[1]["seeds"][0] == tiny.seed + 2
+    assert len({s for r in rows for s in r["seeds"]}) == 4  # four independent runs
+    assert all(r["discard"][1] == r["persist"][1] == 2 * tiny.heldout for r in rows)
+    assert rows[0]["dose"] is None and rows[1]["dose"] is not None
