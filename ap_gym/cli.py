@@ -156,7 +156,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from ap_gym.protocol.config import ConfigError
 
     serving = {k: v for k, v in {"deadline_s": args.deadline, "retries": args.serving_retries,
-                                 "concurrency": args.concurrency}.items() if v is not None}
+                                 "concurrency": args.concurrency,
+                                 "dialect": args.dialect}.items() if v is not None}
     config = RunConfig.from_file(
         args.config, env_options=_env_options(args.env_option) or None, name=args.name, workers=args.workers, threads=args.threads, out=args.out, embedder=args.embedder,
         iterations=args.iterations, seeds=args.seeds, executor=args.executor, ray_address=args.ray_address,
@@ -420,6 +421,8 @@ def _parser_run(sub: Any) -> None:
     p.add_argument("--deadline", type=float, help="overall deadline of one call to a served model, in seconds")
     p.add_argument("--serving-retries", type=int, help="retries of a failed call to a served model")
     p.add_argument("--concurrency", type=int, help="calls in flight at once to a served model")
+    p.add_argument("--dialect", help="what the served model's engine offers beyond chat completions: vllm (the "
+                                     "default; ap-gym serve too) or openai (chat completions only)")
     p.add_argument("--iterations", type=int)
     p.add_argument("--seeds", type=int, nargs="+")
     p.add_argument("--out", help="results root (default: results)")

@@ -48,6 +48,7 @@ from ap_gym.backbones.base import (
     Reduction,
     Scores,
 )
+from ap_gym.backbones.dialects import Dialect, get_dialect
 from ap_gym.backbones.search import Expand, best_first
 from ap_gym.errors import BackboneError, PromptRejected
 from ap_gym.net import may_send_credentials, refuse_userinfo
@@ -59,7 +60,6 @@ _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 #: A refusal the request itself may have caused (the prompt overflowing the context): decided
 #: from the request's token count against the server's declared context, never its wording.
 _CLIENT_ERROR = (400, 413, 422)
-SCORING_METHODS = ("prompt_logprobs", "echo")
 #: Special tokens that may join commands into one /tokenize request (the first the server
 #: tokenizes as one token, checked to leave the commands' tokens as they are alone).
 SEPARATORS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "</s>", "<end_of_turn>", "<|end|>")
@@ -83,6 +83,9 @@ class ServingOptions(Options):
         search_budget: the exact search's expansions per step at most (``choose``); past
             it the step fails loudly (an infrastructure failure) rather than pick inexactly.
         search_batch: prefixes the exact search expands per round trip.
+        dialect: what the server engine offers beyond chat completions and how it is asked
+            (:mod:`ap_gym.backbones.dialects`: ``vllm``, the default, which ``ap-gym serve``
+            speaks too; ``openai``, chat completions only).
     """
 
     deadline_s: float = Field(default=120.0, gt=0)
@@ -94,6 +97,7 @@ class ServingOptions(Options):
     insecure_credentials: bool = False
     search_budget: int = Field(default=4096, ge=1)
     search_batch: int = Field(default=16, ge=1)
+    dialect: str = "vllm"
 
 
 def _serving_options(options: ServingOptions | None, overrides: dict[str, Any]) -> ServingOptions:
@@ -156,15 +160,19 @@ class OpenAIBackbone:
         model: the served model's name (``/v1/models`` lists them); ``None`` takes the first.
         api_key: defaults to ``$AP_GYM_API_KEY`` or ``$OPENAI_API_KEY`` (or none).
         options: deadlines, retries and concurrency (:class:`ServingOptions`).
+        dialect: the engine's extensions (a :class:`~ap_gym.backbones.dialects.Dialect`, its
+            class or name); default the one ``options.dialect`` names.
     """
 
     def __init__(self, base_url: str, model: str | None = None, *, api_key: str | None = None,
-                 options: ServingOptions | None = None, **overrides: Any) -> None:
+                 options: ServingOptions | None = None, dialect: str | Dialect | type[Dialect] | None = None,
+                 **overrides: Any) -> None:
         try:
             self.base_url = refuse_userinfo(base_url).rstrip("/")
         except ValueError as e:
             raise BackboneError(str(e)) from None
         self.options = _serving_options(options, overrides)
+        self.dialect = get_dialect(dialect if dialect is not None else self.options.dialect)
         key = api_key or os.environ.get("AP_GYM_API_KEY") or os.environ.get("OPENAI_API_KEY")
         if key and not may_send_credentials(self.base_url) and not self.options.insecure_credentials:
             if api_key:
@@ -362,6 +370,8 @@ class OpenAIBackbone:
 
     # ---------------------------------------------------------------- score
     def _tokenize(self, payload: dict[str, Any], deadline_s: float | None = None, retries: int | None = None) -> list[int]:
+        if not self.dialect.tokenize:
+            raise BackboneError(f"the {self.dialect.name} dialect has no /tokenize ({self.base_url})")
         data = self._request("POST", "/tokenize", {"model": self.model, **payload}, root=True,
                              deadline_s=deadline_s, retries=retries)
         tokens = data.get("tokens")
@@ -424,19 +434,12 @@ class OpenAIBackbone:
 
     def _prompt_logprobs(self, prompts: list[list[int]], method: str, deadline_s: float | None = None,
                          retries: int | None = None) -> list[list[float | None]]:
-        payload: dict[str, Any] = {"model": self.model, "prompt": prompts, "max_tokens": 1, "temperature": 0.0}
-        payload.update({"prompt_logprobs": 0} if method == "prompt_logprobs" else {"echo": True, "logprobs": 0})
+        payload: dict[str, Any] = {"model": self.model, "prompt": prompts, "max_tokens": 1, "temperature": 0.0,
+                                   **self.dialect.scoring_payload(method)}
         data = self._request("POST", "/completions", payload, deadline_s=deadline_s, retries=retries)
         try:
             choices = sorted(data["choices"], key=lambda c: c["index"])
-            out = []
-            for choice, ids in zip(choices, prompts, strict=True):
-                if method == "prompt_logprobs":
-                    entries = choice["prompt_logprobs"]
-                    out.append([None] + [float(e[str(t)]["logprob"]) for e, t in zip(entries[1:], ids[1:], strict=True)])
-                else:
-                    values = choice["logprobs"]["token_logprobs"][:len(ids)]
-                    out.append([None if v is None else float(v) for v in values])
+            out = [self.dialect.read_scoring(choice, ids, method) for choice, ids in zip(choices, prompts, strict=True)]
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise BackboneError(f"{self.base_url}/completions answered no {method} for the prompts: "
                                 f"{str(data)[:300]}") from e
@@ -469,6 +472,11 @@ class OpenAIBackbone:
             # An outage (Unreachable) leaves the question open: it is asked again next time,
             # rather than deciding for the whole run that the server cannot score.
             self._probe_faults = []
+            if not (self.dialect.tokenize and self.dialect.scoring):
+                self._probe_faults.append(f"the {self.dialect.name} dialect declares no token scoring "
+                                          f"({self.dialect.offers()}), so none was asked for")
+                self._scoring = None
+                return None
             try:
                 probe = self._tokenize({"prompt": "look around", "add_special_tokens": False},
                                        deadline_s=self.options.check_deadline_s, retries=1)
@@ -479,7 +487,7 @@ class OpenAIBackbone:
                 self._scoring = None
                 return None
             probe = probe or [0]
-            for method in SCORING_METHODS:
+            for method in self.dialect.scoring:
                 try:
                     lp = self._prompt_logprobs([probe + probe], method, deadline_s=self.options.check_deadline_s,
                                                retries=1)[0]
@@ -498,6 +506,11 @@ class OpenAIBackbone:
 
     def _no_scoring(self) -> str:
         seen = "; ".join(getattr(self, "_probe_faults", [])) or "no answer"
+        if not (self.dialect.tokenize and self.dialect.scoring) and not self.dialect.choice:
+            return (f"{self.base_url} is served as the {self.dialect.name} dialect, which declares neither token "
+                    "scoring nor a choice grammar, so the agent's 'choose' mode cannot run on it. Use the agent's "
+                    "'generate' or 'react' action mode (agent: {action_mode: react}), or, if the server is vLLM "
+                    "or ap-gym serve, serving: {dialect: vllm}")
         if self._choice:  # it does constrain a generation: that is another rule, named, never chosen for you
             return (f"{self.base_url} cannot score candidate commands (neither /tokenize with /v1/completions "
                     "prompt_logprobs nor echo + logprobs; what it answered: "
@@ -517,7 +530,7 @@ class OpenAIBackbone:
             "model": self.model, "messages": [dict(m) for m in messages], "temperature": 0.0,
             # a token is at least one character: the longest command bounds the answer
             "max_tokens": max(len(c) for c in candidates) + 8, "logprobs": True, "user": self.session,
-            "structured_outputs": {"choice": list(candidates)},
+            **self.dialect.choice_payload(candidates),
         }
         return self._request("POST", "/chat/completions", payload, deadline_s=deadline_s, retries=retries)
 
@@ -525,6 +538,8 @@ class OpenAIBackbone:
         """Whether the server constrains a generation to a list of choices (probed once, with
         two strings no model would write unasked: a server that ignores the field answers
         free text). An outage leaves the question open."""
+        if self._choice is None and not self.dialect.choice:
+            self._choice = False
         if self._choice is None:
             probes = ["zq-apgym-probe-one", "zq-apgym-probe-two"]
             try:
@@ -569,14 +584,11 @@ class OpenAIBackbone:
         next token (``logprob_token_ids``, at most 128 ids a row), one request for all rows."""
         ids = sorted({t for _, tokens in rows for t in tokens})
         payload = {"model": self.model, "prompt": [p for p, _ in rows], "max_tokens": 1, "temperature": 0.0,
-                   "logprobs": 1, "logprob_token_ids": ids, "return_tokens_as_token_ids": True}
+                   **self.dialect.next_payload(ids)}
         data = self._request("POST", "/completions", payload, deadline_s=deadline_s, retries=retries)
         try:
             choices = sorted(data["choices"], key=lambda c: c["index"])
-            raw = []
-            for choice, (_, tokens) in zip(choices, rows, strict=True):
-                read = choice["logprobs"]["top_logprobs"][0]
-                raw.append([read[f"token_id:{t}"] for t in tokens])
+            raw = [self.dialect.read_next(choice, tokens) for choice, (_, tokens) in zip(choices, rows, strict=True)]
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise BackboneError(f"{self.base_url}/completions answered no logprob_token_ids for the prompts: "
                                 f"{str(data)[:300]}") from e
@@ -617,6 +629,9 @@ class OpenAIBackbone:
         ``prompt_logprobs`` on a probe: equal to 1e-3 nats, or the search is not used (a
         server whose values are processed would make the search inexact). An outage leaves
         the question open."""
+        if self._search is None and not (self.dialect.next_token_ids and self.dialect.tokenize
+                                         and "prompt_logprobs" in self.dialect.scoring):
+            self._search = False
         if self._search is None:
             try:
                 probe = self._tokenize({"messages": [{"role": "user", "content": "Say yes."}],
@@ -663,6 +678,7 @@ class OpenAIBackbone:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "openai", "identity": self.identity, "base_url": self.base_url, "model": self.model,
+                "dialect": self.dialect.name,
                 "scoring": self._scoring or None, "search": self._search, "choice": self._choice,
                 "options": self.options.to_dict()}
 
