@@ -4,6 +4,7 @@ and the page's field list is the declaration's."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -59,3 +60,33 @@ def test_every_decision_a_built_in_policy_writes_is_declared(tmp_path):
     assert {"mode", "guidance", "retrieved_records", "action_mode"} <= written
     assert not written - set(DECISION_FIELDS), f"undeclared decision keys: {written - set(DECISION_FIELDS)}"
     assert all(not h.decisions.extra for h in heads)
+
+
+def _function(app: str, name: str) -> str:
+    start = app.index(f"function {name}(")
+    following = re.search(r"\n(async )?function ", app[start + 10:])
+    return app[start:start + 10 + following.start()] if following else app[start:]
+
+
+def test_the_page_reads_only_declared_record_fields():
+    """Issue 49: app.js read the line's fields by property (17 reads) that no declaration
+    backed, so a renamed field would show 'undefined'. Every read of a head, step, trace or
+    usage field is one :func:`record_fields` declares, and the boot script sends that list."""
+    from ap_gym.protocol.results import record_fields
+    from ap_gym.view.app import boot_script
+
+    declared = record_fields()
+    assert "task_id" in declared["head"] and "observation" in declared["step"] and "prompt" in declared["trace"]
+    assert f"window.APGYM_RECORD = {json.dumps(declared)};" in boot_script("server")
+    app = (ROOT / "ap_gym" / "view" / "static" / "app.js").read_text()
+    episode = _function(app, "viewEpisode")
+    reads = {
+        "head": set(re.findall(r"\.line\.head\.(\w+)", app)) | set(re.findall(r"\bx\.(\w+)", episode)),
+        "step": set(re.findall(r"\bstep\.(\w+)", _function(app, "stepView")))
+        | set(re.findall(r"\bs[ab]\.(\w+)", _function(app, "viewCompare"))),
+        "trace": set(re.findall(r"\bt\.(\w+)", _function(app, "stepView"))),
+        "usage": set(re.findall(r"\busage\??\.(\w+)", app)),
+    }
+    assert all(reads[k] for k in ("head", "step", "trace", "usage")), reads
+    drift = {k: sorted(v - set(declared[k])) for k, v in reads.items() if v - set(declared[k])}
+    assert not drift, f"app.js reads fields the record does not declare: {drift}"

@@ -275,6 +275,21 @@ class EpisodeLine:
         return json.dumps(self.to_dict())
 
 
+def record_fields() -> dict[str, list[str]]:
+    """The keys an episode line holds, read off its declaration (:class:`EpisodeHeader`,
+    :class:`~ap_gym.types.Step`, :class:`~ap_gym.types.StepTrace`, :class:`~ap_gym.types.Usage`,
+    with ``llm_calls``, which ``Usage`` writes as a total): what the viewer's page may read,
+    sent in its boot script (a test holds ``app.js`` to it)."""
+    import dataclasses
+
+    from ap_gym.types import Step, StepTrace, Usage
+
+    return {"head": [f.name for f in dataclasses.fields(EpisodeHeader) if f.name != "schema"],
+            "step": [f.name for f in dataclasses.fields(Step)],
+            "trace": [f.name for f in dataclasses.fields(StepTrace)],
+            "usage": ["llm_calls", *(f.name for f in dataclasses.fields(Usage))]}
+
+
 # ------------------------------------------------------------------ reading
 _HEAD = re.compile(rb'\A\s*\{\s*"schema"\s*:\s*(-?\d+)\s*,\s*"head"\s*:\s*')
 _FIRST_CHUNK = 1 << 16

@@ -39,13 +39,16 @@ _COOKIE = "ap_gym_view_key"
 
 
 def boot_script(mode: str, **extra: Any) -> str:
-    """The page's boot script: its mode, and the record's decision keys with what each holds
-    (:data:`ap_gym.types.DECISION_FIELDS`: the viewer's field list is the declaration's)."""
+    """The page's boot script: its mode, the record's decision keys with what each holds
+    (:data:`ap_gym.types.DECISION_FIELDS`) and the line's own keys
+    (:func:`~ap_gym.protocol.results.record_fields`): the viewer's field lists are the declaration's."""
     import json
 
+    from ap_gym.protocol.results import record_fields
     from ap_gym.types import DECISION_FIELDS
 
-    lines = [f"window.APGYM_MODE = {json.dumps(mode)};", f"window.APGYM_DECISIONS = {json.dumps(DECISION_FIELDS)};"]
+    lines = [f"window.APGYM_MODE = {json.dumps(mode)};", f"window.APGYM_DECISIONS = {json.dumps(DECISION_FIELDS)};",
+             f"window.APGYM_RECORD = {json.dumps(record_fields())};"]
     lines += [f"window.APGYM_{k.upper()} = {json.dumps(v)};" for k, v in extra.items()]
     return "\n".join(lines) + "\n"
 

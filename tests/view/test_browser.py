@@ -139,6 +139,11 @@ def test_filter_then_open_an_episode(server, page, view_run):
     assert page.locator(".step .action").all_inner_texts() == [s.action for s in line.steps]
     assert page.locator("#instruction").inner_text() == line.header.instruction.strip()
     assert page.locator("#decision [data-key=mode]").inner_text() == str(line.header.policy_info["mode"])
+    # the head's other fields come from the record's declaration (record_fields), with their values
+    page.locator("#record-fields summary").click()
+    cell = page.locator("#record-fields tr[data-field='task_family'] td").nth(1)
+    assert json.loads(cell.inner_text()) == line.header.task_family
+    assert page.locator("#record-fields tr[data-field='wall_time_s']").count() == 1
     # the exact prompt of a step, on demand
     page.locator(".step details.raw summary").first.click()
     assert page.locator(".step pre.prompt").first.inner_text().strip() == line.steps[0].trace.prompt.strip()

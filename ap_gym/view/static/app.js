@@ -534,6 +534,13 @@ async function viewEpisode(id) {
     h("p", {}, h("b", {}, "instruction: "), h("span", { id: "instruction" }, x.instruction)),
     h("p", {}, h("a", { href: href("compare", { a: id, task_id: x.task_id }) }, "compare with another episode of this task"), " · ",
       h("a", { id: "export", href: "#", onclick: e => { e.preventDefault(); exportEpisode(k, id, x); } }, "export as JSON")));
+  // every other field of the head, in the record's declared order (window.APGYM_RECORD, sent
+  // from ap_gym.protocol.results.record_fields): a field added to the record shows here unasked
+  const shownHead = ["task_id", "score", "max_score", "num_steps", "termination", "benchmark", "backbone", "policy", "seed",
+    "phase", "iteration", "usage", "error", "instruction", "initial_observation", "policy_info"];
+  const rest = ((window.APGYM_RECORD || {}).head || []).filter(f => !shownHead.includes(f) && x[f] !== undefined);
+  head.append(h("details", { id: "record-fields" }, h("summary", {}, "everything else the record holds"),
+    table(["field", "value"], rest.map(f => h("tr", { "data-field": f }, h("td", {}, f), h("td", {}, JSON.stringify(x[f])))))));
   const steps = h("div", { id: "timeline" }, h("h3", {}, "Timeline"),
     h("details", {}, h("summary", {}, "initial observation"), h("pre", {}, x.initial_observation)),
     ep.line.steps.map((s, i) => stepView(s, i + 1)));
