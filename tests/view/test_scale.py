@@ -160,7 +160,7 @@ def test_two_viewers_catching_up_one_run_index_each_line_once(view_run, tmp_path
 
 
 def test_the_report_is_kept_beside_the_index_and_redone_when_the_run_changes(view_run, tmp_path, monkeypatch):
-    import ap_gym.view as view
+    import ap_gym.view.reports as view  # where the viewer computes its report
 
     run = _copy(view_run, tmp_path)
     tables = Viewer([run]).report(0)
@@ -181,7 +181,7 @@ def test_the_report_is_kept_beside_the_index_and_redone_when_the_run_changes(vie
 def test_the_other_pages_answer_while_the_report_is_computed(view_run, tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
-    import ap_gym.view as view
+    import ap_gym.view.reports as view  # where the viewer computes its report
 
     run = _copy(view_run, tmp_path)
     started, release = threading.Event(), threading.Event()
@@ -304,7 +304,7 @@ def test_a_live_viewer_reads_a_run_into_search_without_a_poll_between_batches(vi
 def test_a_large_runs_report_is_computed_in_a_child_and_is_the_same(view_run, tmp_path, monkeypatch):
     """The child process (which keeps the report's parsing off the pages' GIL) gives the very
     tables the viewer's own process gives."""
-    import ap_gym.view as view
+    import ap_gym.view.reports as view  # where the viewer computes its report
 
     run = _copy(view_run, tmp_path)
     monkeypatch.setattr(view, "REPORT_CHILD_EPISODES", 0)
