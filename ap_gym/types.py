@@ -442,7 +442,7 @@ class Decisions:
     decision keys (``Episode.policy_info``, written as a mapping). The report, the viewer and
     the audit read these attributes, never the mapping's strings, so a renamed key fails a
     type check and the tests (every key a built-in policy writes is declared here, and every
-    one ``app.js`` reads), instead of making a table vanish. A value of the wrong type reads as
+    one the viewer page reads), instead of making a table vanish. A value of the wrong type reads as
     absent. A design of a user's declares its own keys with :func:`declare_decision` (the
     viewer then shows them, with their notes, under ``extra``)."""
 

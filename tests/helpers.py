@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -232,3 +233,14 @@ def copy_run(run: Path, tmp_path: Path, name: str = "run") -> Path:
     out = tmp_path / name
     shutil.copytree(run, out, ignore=shutil.ignore_patterns(".view"))
     return out
+
+
+def viewer_js() -> str:
+    """The viewer page's scripts as one text, in the order index.html loads them (core, each
+    page, boot): what a test that reads the page's source reads."""
+    from pathlib import Path as _Path
+
+    static = _Path(__file__).resolve().parents[1] / "ap_gym" / "view" / "static"
+    html = (static / "index.html").read_text()
+    return "\n".join((static / src.removeprefix("static/")).read_text()
+                     for src in re.findall(r'<script src="(static/js/[^"]+)"', html))

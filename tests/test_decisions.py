@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ap_gym.types import DECISION_FIELDS, Decisions, declare_decision
+from tests.helpers import viewer_js
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +37,7 @@ def test_a_design_declares_its_own_decision_and_the_page_gets_its_note():
 
 def test_the_page_reads_only_declared_decisions():
     """app.js read 13 decision keys by name: a renamed key would have shown '-' silently."""
-    app = (ROOT / "ap_gym" / "view" / "static" / "app.js").read_text()
+    app = viewer_js()
     read = set(re.findall(r"\binfo\.(\w+)", app)) | set(re.findall(r"policy_info\??\.(\w+)", app))
     listed = set(re.findall(r'"(\w+)"', app.split("const shown = [", 1)[1].split("]", 1)[0]))
     assert read and listed
@@ -78,7 +79,7 @@ def test_the_page_reads_only_declared_record_fields():
     declared = record_fields()
     assert "task_id" in declared["head"] and "observation" in declared["step"] and "prompt" in declared["trace"]
     assert f"window.APGYM_RECORD = {json.dumps(declared)};" in boot_script("server")
-    app = (ROOT / "ap_gym" / "view" / "static" / "app.js").read_text()
+    app = viewer_js()
     episode = _function(app, "viewEpisode")
     reads = {
         "head": set(re.findall(r"\.line\.head\.(\w+)", app)) | set(re.findall(r"\bx\.(\w+)", episode)),

@@ -279,7 +279,7 @@ def record_fields() -> dict[str, list[str]]:
     """The keys an episode line holds, read off its declaration (:class:`EpisodeHeader`,
     :class:`~ap_gym.types.Step`, :class:`~ap_gym.types.StepTrace`, :class:`~ap_gym.types.Usage`,
     with ``llm_calls``, which ``Usage`` writes as a total): what the viewer's page may read,
-    sent in its boot script (a test holds ``app.js`` to it)."""
+    sent in its boot script (a test holds the page's scripts to it)."""
     import dataclasses
 
     from ap_gym.types import Step, StepTrace, Usage

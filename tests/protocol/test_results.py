@@ -180,7 +180,9 @@ def test_no_module_reads_the_record_by_key_but_the_results_module():
                                                           "ap_gym/trainlog.py")
              for hit in _string_key_reads(path)]
     # the viewer's page reads the API's JSON by property, never by a record key in brackets
-    script = (package / "view" / "static" / "app.js").read_text()
+    from tests.helpers import viewer_js
+
+    script = viewer_js()
     found += [f"app.js: [{m!r}]" for m in re.findall(r"\[\s*[\"'](\w+)[\"']\s*\]", script) if m in RECORD_ONLY_KEYS]
     assert not found, "episode records read outside ap_gym.protocol.results:\n" + "\n".join(found)
 

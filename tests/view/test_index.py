@@ -127,7 +127,7 @@ def test_the_api_answers_and_refuses_clearly(view_run):
     assert bad.status_code == 400 and "unknown filter" in bad.json()["detail"]
     report = client.get("/api/run/0/report").json()
     assert {"stats", "audit"} <= {t["name"] for t in report["tables"]}
-    assert client.get("/").status_code == 200 and "app.js" in client.get("/").text
+    assert client.get("/").status_code == 200 and "static/js/core.js" in client.get("/").text
     assert client.get("/static/vendor/uPlot.iife.min.js").status_code == 200
     viewer.close()
 
@@ -342,3 +342,17 @@ def test_lineage_knows_a_randomised_run_from_its_config_not_from_usable_units(tm
         ix.close()
     assert audits and all(a["randomise_exposure"] == 0.5 for a in audits)
     assert all(a["coins"] >= a["randomised_units"] for a in audits)
+
+
+def test_index_html_loads_every_page_script_once():
+    """The page is classic scripts, one per page (a bundle opens from file://, where module
+    scripts are refused): a page file index.html does not load would be dead code, and the
+    page would fail only when its route is opened."""
+    import re
+
+    from ap_gym.view.app import STATIC
+
+    loaded = re.findall(r'<script src="static/(js/[^"]+)"', (STATIC / "index.html").read_text())
+    files = sorted(p.relative_to(STATIC).as_posix() for p in (STATIC / "js").rglob("*.js"))
+    assert sorted(loaded) == files and len(set(loaded)) == len(loaded)
+    assert loaded[0] == "js/core.js" and loaded[-1] == "js/boot.js"  # the client first, the start last
