@@ -129,6 +129,15 @@ class SFTStage(BaseModel):
 STAGE_LATER: dict[str, Any] = {"guidance": None}
 
 
+def _computes_identity(config: Any) -> Any:
+    """A recorded ``computes()`` read as today's is written (its stages through
+    :func:`_stage_identity`), so a record that holds a later key at its default, or lacks it,
+    compares equal to one that does not."""
+    if not isinstance(config, Mapping) or not isinstance(config.get("stages"), list):
+        return config
+    return {**config, "stages": [_stage_identity(stage) for stage in config["stages"]]}
+
+
 def _stage_identity(stage: Any) -> Any:
     """A stage's settings as a run's identity compares them (see :data:`STAGE_LATER`)."""
     if not isinstance(stage, Mapping):
@@ -374,7 +383,7 @@ class Trainer:
                 theirs = json.loads(record.read_text())
             except (OSError, ValueError):
                 theirs = None
-            if theirs is not None and theirs.get("config") != mine["config"]:
+            if theirs is not None and _computes_identity(theirs.get("config")) != mine["config"]:
                 raise TrainError(f"{self.run_dir} was trained under another config; resume it with the same "
                                  "config, or start again with --fresh (or another name)")
             if theirs is not None and (theirs.get("base") or {}).get("weights_sha256") != checksum:

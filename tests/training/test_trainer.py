@@ -250,6 +250,13 @@ def test_a_run_recorded_before_a_stage_key_existed_resumes(tmp_path):
     said: list[str] = []
     Trainer(cfg, echo=said.append).run()
     assert any(line.startswith("trained:") for line in said)
+    # and a record written while the key was in it at its default (None) resumes too
+    for stage in old["config"]["stages"]:
+        stage["guidance"] = None
+    record.write_text(json.dumps(old))
+    said.clear()
+    Trainer(cfg, echo=said.append).run()
+    assert any(line.startswith("trained:") for line in said)
     guided = config(tmp_path, SFTStage(epochs=1, batch=8, guidance={"policy": "anti_persistence"}))
     with pytest.raises(TrainError, match="another config"):
         Trainer(guided, echo=None).run()
