@@ -1151,11 +1151,251 @@ def _ctrl_c() -> str:
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._bench import emit  # noqa: E402
 
+# ---------------------------------------------------------------- issue 51's findings
+# Each finding of the fifth reliability round, provoked against the real component (a run on
+# disk, the index, the report, a scripted server, the CLI), beside the test that holds it.
+
+
+def _copy_run(name: str) -> Path:
+    run_dir = TMP / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.copytree(_view_run(), run_dir, ignore=shutil.ignore_patterns(".view", "report"))
+    return run_dir
+
+
+def _readers_agree(run_dir: Path, expected: int) -> str:
+    """Every reader (the headers, resume's log, the index, the report) sees ``expected``
+    episodes: handled; more (a damaged line counted) is silently wrong."""
+    from ap_gym.protocol.results import EpisodeLog, load_headers
+    from ap_gym.report import write_report
+    from ap_gym.view.index import RunIndex
+
+    counts = {"headers": len(load_headers(run_dir))}
+    ix = RunIndex(run_dir)
+    try:
+        counts["index"] = sum(1 for _ in ix.all_rows())
+    finally:
+        ix.close()
+    write_report([run_dir], out=TMP / f"{run_dir.name}-report")
+    counts["resume"] = sum(len(EpisodeLog(p).headers) for p in run_dir.rglob("episodes.jsonl"))
+    wrong = {k: v for k, v in counts.items() if v != expected}
+    return f"silently wrong|{wrong} of {expected}" if wrong else f"handled|every reader counts {expected}"
+
+
+for _name, _field, _value in [("iteration: Infinity", "iteration", float("inf")), ("iteration: 1e300", "iteration", 1e300),
+                              ("num_steps: Infinity", "num_steps", float("inf")),
+                              ("wall_time_s: NaN", "wall_time_s", float("nan")),
+                              ('"success": "false"', "success", "false")]:
+    def _impossible(field: str = _field, value: Any = _value) -> str:
+        run_dir = _copy_run("impossible")
+        episodes = next(run_dir.rglob("episodes.jsonl"))
+        lines = episodes.read_text().splitlines()
+        first = json.loads(lines[0])
+        first["head"][field] = value
+        episodes.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+        total = sum(len(p.read_text().splitlines()) for p in run_dir.rglob("episodes.jsonl"))
+        return _readers_agree(run_dir, total - 1)
+
+    fault("issue51", f"one line with {_name}", 120)(_impossible)
+
+
+@fault("issue51", "an episode line written twice", 120)
+def _written_twice() -> str:
+    run_dir = _copy_run("twice")
+    episodes = next(run_dir.rglob("episodes.jsonl"))
+    lines = episodes.read_text().splitlines()
+    total = sum(len(p.read_text().splitlines()) for p in run_dir.rglob("episodes.jsonl"))
+    episodes.write_text("\n".join([*lines, lines[0]]) + "\n")
+    return _readers_agree(run_dir, total)
+
+
+@fault("issue51", "a byte that is not UTF-8 in worlds.jsonl")
+def _not_utf8() -> str:
+    from ap_gym.protocol.results import load_worlds
+
+    where = TMP / "worlds"
+    where.mkdir(exist_ok=True)
+    (where / "worlds.jsonl").write_bytes(b'{"task_id": "a"\xff}\n')
+    return "handled|the line set aside" if load_worlds(where) == {} else "silently wrong|read"
+
+
+@fault("issue51", "a second writer of a run being written", 120)
+def _second_writer() -> str:
+    import os
+
+    from ap_gym.paths import exclusive_lock
+    from ap_gym.protocol import RunConfig, run
+
+    data = _config(name="locked", benchmarks=["shop"], policies=[{"name": "random"}], train_per_iter=0, heldout=1,
+                   max_steps=2)
+    with exclusive_lock(TMP / "runs" / ".locked.lock", "run"):
+        try:
+            run(RunConfig.from_dict(data), progress=False)
+        except APGymError as e:
+            return f"clear error|{str(e)[:100]}" if f"pid {os.getpid()}" in str(e) else f"crash|no holder named: {e}"
+    return "data loss|two writers"
+
+
+@fault("issue51", "a checkpoint whose weights were cut (a kill inside save_pretrained)", 120)
+def _cut_checkpoint() -> str:
+    from ap_gym.backbones import make_backbone
+    from ap_gym.backbones.hf import tiny_llama
+
+    model, tokenizer = tiny_llama(seed=0)
+    where = TMP / "cut-checkpoint"
+    shutil.rmtree(where, ignore_errors=True)
+    model.save_pretrained(where)
+    tokenizer.save_pretrained(where)
+    weights = next(where.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    make_backbone(str(where))
+    return "silently wrong|loaded"
+
+
+@fault("issue51", "positive log-probabilities from the exact search's server", 30)
+def _positive_logprobs() -> str:
+    from ap_gym.backbones import OpenAIBackbone
+
+    answer = (200, {}, {"choices": [{"index": 0, "logprobs": {"top_logprobs": [{"token_id:5": 0.7, "token_id:6": -1.0}]}}]})
+    server = _Scripted([_MODELS, answer])
+    client = OpenAIBackbone(server.url, retries=0, backoff_s=0.01)
+    picked = client._next_logprobs([([1, 2], [5, 6])])
+    return f"silently wrong|read {picked}"
+
+
+for _name, _params, _said in [("a 400-digit number", {"where": json.dumps([["num_steps", "gt", 10 ** 400]])}, "finite"),
+                              ("9,990 nested lists", {"where": "[" * 9990 + "]" * 9990}, "nested"),
+                              ("1,300 conditions", {"where": json.dumps([["id", "gt", 1]] * 1300, separators=(",", ":"))},
+                               "at most"),
+                              ("a 30-digit seed", {"seed": "1" * 30}, "digits"), ("seed=abc", {"seed": "abc"}, "whole"),
+                              ("where NaN", {"where": '[["num_steps", "gt", NaN]]'}, "NaN")]:
+    def _query(params: dict[str, Any] = _params, said: str = _said) -> str:
+        from fastapi.testclient import TestClient
+
+        from ap_gym.view import Viewer, create_app
+
+        viewer = Viewer([_view_run()])
+        try:
+            answer = TestClient(create_app(viewer), base_url="http://127.0.0.1").get("/api/run/0/episodes",
+                                                                                     params=params)
+        finally:
+            viewer.close()
+        if answer.status_code == 400 and said in answer.text:
+            return f"clear error|400: {answer.json()['detail'][:90]}"
+        if answer.status_code >= 500:
+            return f"crash|{answer.status_code}"
+        return f"silently wrong|{answer.status_code} {answer.text[:80]}"
+
+    fault("issue51", f"the viewer's query: {_name}", 60)(_query)
+
+
+@fault("issue51", "a FIFO named training.jsonl beside the runs", 30)
+def _fifo_log() -> str:
+    import os
+
+    from ap_gym.trainlog import TrainingLog
+    from ap_gym.view import Viewer
+
+    where = TMP / "fifo-logs"
+    shutil.rmtree(where, ignore_errors=True)
+    (where / "pipe").mkdir(parents=True)
+    os.mkfifo(where / "pipe" / "training.jsonl")
+    good = TrainingLog(where / "good" / "training.jsonl", run="good", rule="grpo", config={})
+    good.write(update=1, loss=0.5)
+    viewer = Viewer([where])
+    try:
+        logs = viewer.training()["logs"]
+    finally:
+        viewer.close()
+    return f"handled|the FIFO skipped, {len(logs)} log shown" if len(logs) == 1 else f"silently wrong|{len(logs)} logs"
+
+
+@fault("issue51", ".view/index.sqlite is a directory", 60)
+def _index_a_directory() -> str:
+    from ap_gym.view.index import RunIndex
+
+    run_dir = _copy_run("index-dir")
+    (run_dir / ".view" / "index.sqlite").mkdir(parents=True)
+    ix = RunIndex(run_dir)
+    try:
+        rows = sum(1 for _ in ix.all_rows())
+    finally:
+        ix.close()
+    total = sum(len(p.read_text().splitlines()) for p in run_dir.rglob("episodes.jsonl"))
+    return f"handled|indexed elsewhere, {rows} rows" if rows == total else f"silently wrong|{rows} of {total}"
+
+
+@fault("issue51", "a same-length edit far before the end of a log", 120)
+def _same_length_edit() -> str:
+    from ap_gym.view.index import RunIndex
+
+    run_dir = _copy_run("same-length")
+    log = next(run_dir.rglob("episodes.jsonl"))
+    lines = log.read_bytes().splitlines(keepends=True)
+    while log.stat().st_size < 64_000:
+        with open(log, "ab") as f:
+            f.write(b"".join(lines))
+    first = RunIndex(run_dir)
+    build = first.build_id
+    first.close()
+    data = bytearray(log.read_bytes())
+    middle = slice(len(data) // 2 - 2000, len(data) // 2 + 2000)
+    data[middle] = bytes(data[middle]).translate(bytes.maketrans(b"ab", b"ba"))
+    log.write_bytes(bytes(data) + lines[0])
+    again = RunIndex(run_dir)
+    rebuilt = again.build_id != build
+    again.close()
+    return "handled|the index was built anew" if rebuilt else "silently wrong|stale rows kept"
+
+
+@fault("issue51", "ap-gym view FILE of a file that is no run or log", 60)
+def _view_a_file() -> str:
+    from ap_gym.cli import main as cli
+
+    other = TMP / "notes.txt"
+    other.write_text("hello\n")
+    try:
+        code = cli(["view", "--static", str(TMP / "bundle-notes"), str(other)])
+    except SystemExit as e:
+        code = e.code
+    return f"clear error|exit {code}" if code not in (0, None) else "silently wrong|accepted"
+
+
+for _name, _forged in [("a fractional pid", {"pid": "PID.5", "host": "HOST", "started": "1"}),
+                       ("no start time", {"pid": "PID", "host": "HOST"}),
+                       ("a host with a trailing dot", {"pid": "PID", "host": "HOST.", "started": None})]:
+    def _forged_running(forged: dict[str, Any] = _forged) -> str:
+        import os
+        import socket
+
+        from ap_gym.protocol.results import run_state
+
+        run_dir = _copy_run("forged")
+        (run_dir / "summary.json").unlink(missing_ok=True)
+        value = {k: (str(os.getpid()) + ".5" if v == "PID.5" else os.getpid() if v == "PID" else
+                     socket.gethostname() + "." if v == "HOST." else socket.gethostname() if v == "HOST" else v)
+                 for k, v in forged.items()}
+        (run_dir / "running.json").write_text(json.dumps(value))
+        state, why = run_state(run_dir)
+        return f"handled|{state}: {why[:60]}" if state != "running" else "silently wrong|read as running"
+
+    fault("issue51", f"a forged running.json: {_name}")(_forged_running)
+
+
+for _name, _value in [("randomise_exposure: true", True), ("randomise_exposure: '0.5'", "0.5")]:
+    def _exposure(value: Any = _value) -> str:
+        from ap_gym.protocol import RunConfig
+
+        RunConfig.from_dict(_config(audit={"randomise_exposure": value}))
+        return "silently wrong|accepted"
+
+    fault("issue51", _name)(_exposure)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="one category (configs, stores, results, backbones, server, envs, runs, "
-                        "exposure, substitutions, served, viewer, reliability)")
+                        "exposure, substitutions, served, viewer, reliability, issue51)")
     parser.add_argument("--json", help="also write every outcome here")
     args = parser.parse_args()
     outcomes = [attempt(c, n, fn, limit) for c, n, fn, limit in FAULTS if not args.only or c == args.only]

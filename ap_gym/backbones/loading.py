@@ -118,6 +118,12 @@ def load_model(model: Any = None, *, tokenizer: Any = None, device: str | None =
                 f"could not load model {model!r} ({e}). Offline, use a local directory, a "
                 "GGUF file, or the packaged default (TransformersBackbone())"
             ) from e
+        except Exception as e:  # safetensors' and torch's errors on a damaged file are their own types
+            raise BackboneError(
+                f"could not read the model at {model!r} ({type(e).__name__}: {str(e)[:200]}). Weights cut short "
+                "(a process killed while saving) read like this: save the model again, or point at a checkpoint "
+                "that `ap-gym train` published (its manifest's checksums are checked before loading)"
+            ) from e
     model.to(device=device, dtype=torch_dtype).eval()
     if tokenizer.chat_template is None:
         tokenizer.chat_template = CHATML_TEMPLATE

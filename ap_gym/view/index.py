@@ -56,7 +56,7 @@ __all__ = ["FILTERS", "SORTS", "RunIndex"]
 log = logging.getLogger(__name__)
 
 #: Bump when the index's tables change: an index of another version is rebuilt.
-INDEX_VERSION = 9
+INDEX_VERSION = 10
 #: Episode columns a client may filter on (exact match).
 FILTERS = ("benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome")
 
@@ -459,7 +459,11 @@ class RunIndex:
         rel = directory.relative_to(self.run).as_posix()
         path = directory / EPISODES
         rows, seen, rejected = [], [], []
-        damaged, end = 0, start
+        damaged, copies, end = 0, 0, start
+        # a line written twice (an edit, a second writer) counts once, as every reader counts it
+        # (ap_gym.protocol.results.episode_key): the first, also across catch-ups
+        keys = {tuple(k) for k in conn.execute(
+            "SELECT benchmark, backbone, policy, seed, phase, iteration, idx FROM episodes WHERE file=?", (rel,))}
         with open(path, "rb") as f:
             f.seek(start)
             offset = start
@@ -478,12 +482,18 @@ class RunIndex:
                 if misfiled(header, rel):  # a line of another setting than its directory's
                     damaged += 1
                     continue
+                row = _row_of(header, rel, line_start, len(raw))
+                if tuple(row[1:8]) in keys:
+                    copies += 1
+                    continue
+                keys.add(tuple(row[1:8]))
                 decided = header.decisions
-                rows.append(_row_of(header, rel, line_start, len(raw)))
+                rows.append(row)
                 seen.append(list(decided.abstractions_in_prompt))
                 rejected += [{"family": header.task_family, "item": r} for r in decided.rejected_abstractions]
-        if damaged:
-            log.warning("%s: %d damaged line(s) left out of the viewer", path, damaged)
+        if damaged or copies:
+            log.warning("%s: %d damaged line(s) and %d copies of an earlier line left out of the viewer", path,
+                        damaged, copies)
         first = conn.execute("SELECT COALESCE(MAX(id), 0) FROM episodes").fetchone()[0] + 1
         conn.executemany("INSERT INTO episodes (setting, benchmark, backbone, policy, seed, phase, iteration, idx, "
                          "task_id, task_family, success, score, termination, outcome, num_steps, llm_calls, tokens, "

@@ -131,3 +131,19 @@ def test_score_batch_matches_score_with_and_without_lane_caches(tiny_backbone):
                 assert list(got.values) == pytest.approx(list(expected.values), abs=1e-4)
                 assert (got.prompt_tokens, got.candidate_tokens) == (expected.prompt_tokens, expected.candidate_tokens)
     assert tiny_backbone.stats["reused_tokens"] > 0
+
+
+def test_a_model_directory_whose_weights_were_cut_is_a_clear_error(tmp_path):
+    """A kill inside save_pretrained leaves config.json and half the weights: loading it gave
+    safetensors' own SafetensorError (faults.py --only issue51: a crash); now a BackboneError
+    that says what such a file is and what to do."""
+    from ap_gym.backbones import make_backbone
+    from ap_gym.errors import BackboneError
+
+    model, tokenizer = tiny_llama(seed=0)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    weights = next(tmp_path.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(BackboneError, match="cut short.*save the model again"):
+        make_backbone(str(tmp_path))

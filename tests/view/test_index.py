@@ -356,3 +356,29 @@ def test_index_html_loads_every_page_script_once():
     files = sorted(p.relative_to(STATIC).as_posix() for p in (STATIC / "js").rglob("*.js"))
     assert sorted(loaded) == files and len(set(loaded)) == len(loaded)
     assert loaded[0] == "js/core.js" and loaded[-1] == "js/boot.js"  # the client first, the start last
+
+
+def test_a_line_written_twice_counts_once_in_the_index_as_in_every_reader(view_run, tmp_path):
+    """The index counted a copied line twice (4 of 3 in faults.py --only issue51) while the
+    headers, resume and the report counted it once: at a build and at a catch-up alike."""
+    from ap_gym.protocol.results import EPISODES, load_headers, setting_dirs
+    from tests.helpers import copy_run
+
+    run = copy_run(view_run, tmp_path)
+    log = next(setting_dirs(run)) / EPISODES
+    lines = log.read_bytes().splitlines(keepends=True)
+    expected = len(load_headers(run))
+    ix = RunIndex(run)
+    try:
+        assert sum(1 for _ in ix.all_rows()) == expected
+        with open(log, "ab") as f:  # a second writer's copy, caught up
+            f.write(lines[0])
+        ix.refresh()
+        assert sum(1 for _ in ix.all_rows()) == expected == len(load_headers(run))
+    finally:
+        ix.close()
+    rebuilt = RunIndex(run, rebuild=True)  # and at a build
+    try:
+        assert sum(1 for _ in rebuilt.all_rows()) == expected
+    finally:
+        rebuilt.close()
