@@ -91,3 +91,22 @@ def test_the_page_reads_only_declared_record_fields():
     assert all(reads[k] for k in ("head", "step", "trace", "usage")), reads
     drift = {k: sorted(v - set(declared[k])) for k, v in reads.items() if v - set(declared[k])}
     assert not drift, f"app.js reads fields the record does not declare: {drift}"
+
+
+def test_the_search_readers_fields_are_the_records():
+    """The search's fast reader (msgspec, a subset for speed) names fields of the record by
+    hand: a field renamed in the declaration would be skipped there silently. Each it names is
+    one the declaration has."""
+    import msgspec
+
+    from ap_gym.protocol.results import record_fields
+    from ap_gym.view import search
+
+    declared = record_fields()
+    named = {"head": set(search._Head.__struct_fields__), "step": set(search._Step.__struct_fields__),
+             "trace": set(search._Trace.__struct_fields__)}
+    drift = {k: sorted(v - set(declared[k])) for k, v in named.items() if v - set(declared[k])}
+    assert not drift, f"the search's fast reader names fields the record does not declare: {drift}"
+    assert set(search._Info.__struct_fields__) <= set(DECISION_FIELDS)
+    assert set(search._Line.__struct_fields__) == {"schema", "head", "steps"}
+    assert issubclass(search._Line, msgspec.Struct)
