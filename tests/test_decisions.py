@@ -110,3 +110,19 @@ def test_the_search_readers_fields_are_the_records():
     assert set(search._Info.__struct_fields__) <= set(DECISION_FIELDS)
     assert set(search._Line.__struct_fields__) == {"schema", "head", "steps"}
     assert issubclass(search._Line, msgspec.Struct)
+
+
+def test_report_and_view_read_decisions_by_attribute_only():
+    """Issue 49's done-when: no policy_info[...] or policy_info.get(...) in report/ or view/;
+    nor the mapping handed to a helper that reads it by string (report/tables.py's action-mode
+    column did). The search's fast reader names the line's wire key in its msgspec struct."""
+    package = ROOT / "ap_gym"
+    found = []
+    for folder in ("report", "view"):
+        for path in sorted((package / folder).rglob("*.py")):
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if "policy_info" in line and path.name != "search.py":
+                    found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)
+    search = (package / "view" / "search.py").read_text()
+    assert not re.search(r"policy_info\s*(\[|\.get\()", search)

@@ -20,7 +20,7 @@ from typing import Any
 from ap_gym.protocol.results import Rates
 from ap_gym.report.data import Results, Row
 from ap_gym.report.stats import mean_std, paired_stats
-from ap_gym.types import Termination
+from ap_gym.types import Decisions, Termination
 
 __all__ = ["PAPER_BASELINES", "TABLE7_SIZE", "Table", "audit_table", "calls", "denominators", "discard_vs_persist",
            "identical_seeds", "modes", "per_family", "same_task", "setting_stats", "table1"]
@@ -86,10 +86,10 @@ def _name(r: Results, method: str) -> str:
     return f"{method} {CHOOSE_MARK}" + (f"{CONSTRAINED_MARK}" if constrained else "") if "choose" in modes else method
 
 
-def _mode(info: Any) -> str:
+def _mode(decided: Decisions) -> str:
     """The action mode, with how ``choose`` chose (scored, or a constrained generation)."""
-    mode = info.get("action_mode") or "-"
-    method = info.get("choice_method")
+    mode = decided.action_mode or "-"
+    method = decided.choice_method
     return f"{mode} ({method})" if mode == "choose" and method else mode
 
 
@@ -185,7 +185,7 @@ def calls(r: Results) -> Table:
             if (s, m) not in per["calls"]:
                 continue
             mine = [x for x in r.final if x.method == m and x.setting == r.key(s, m)]
-            mode = "/".join(sorted({_mode(x.head.policy_info) for x in mine}))
+            mode = "/".join(sorted({_mode(x.head.decisions) for x in mine}))
             parse = statistics.fmean(x.head.parse_failures for x in mine)
             v = {k: per[k][(s, m)] for k in per}
             rows.append([_name(r, m), s, mode, _pm(v["calls"], digits=2), _pm(v["acting"], digits=2),
