@@ -126,3 +126,26 @@ def test_report_and_view_read_decisions_by_attribute_only():
     assert not found, "\n".join(found)
     search = (package / "view" / "search.py").read_text()
     assert not re.search(r"policy_info\s*(\[|\.get\()", search)
+
+
+def test_the_records_head_declares_every_field_of_an_episode_and_carries_it_whole():
+    """EpisodeHeader re-declares Episode's fields for the record (issue 49): a field added to
+    one and not the other would be dropped on the way to disk. Every Episode field but its
+    steps is a head field, header_dict writes only head fields, and an episode survives the
+    line and back whole."""
+    import dataclasses
+
+    from ap_gym.protocol.results import EpisodeHeader, EpisodeLine, parse_line
+    from ap_gym.types import Episode, Step, StepTrace, Termination, Usage
+
+    head = {f.name for f in dataclasses.fields(EpisodeHeader)}
+    kept = {f.name for f in dataclasses.fields(Episode)} - {"steps"}
+    assert kept <= head, f"Episode fields the record's head lacks: {sorted(kept - head)}"
+    episode = Episode(task_id="t/1", task_family="t", instruction="do it", initial_observation="a room",
+                      steps=(Step("look", "a room", 0.5, 0.5, 0.25, StepTrace(prompt="p", response="look")),),
+                      success=True, score=1.0, max_score=2.0, termination=Termination.WON, wall_time_s=1.5,
+                      usage=Usage({"acting": 2}, {"acting": 30}, {"acting": 3}, 1), error=None, seed=4,
+                      policy_info={"mode": "strategic"}, training=True)
+    assert set(episode.header_dict()) <= head
+    line = EpisodeLine.of("train", 1, 0, "shop", "anti_persistence", 4, 1, episode)
+    assert parse_line(line.to_json()).episode == episode
