@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import shutil
 import socket
 import sqlite3
@@ -1190,9 +1191,11 @@ for _name, _field, _value in [("iteration: Infinity", "iteration", float("inf"))
         run_dir = _copy_run("impossible")
         episodes = next(run_dir.rglob("episodes.jsonl"))
         lines = episodes.read_text().splitlines()
-        first = json.loads(lines[0])
-        first["head"][field] = value
-        episodes.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+        # a hand edit of the line's text: the head comes first, so its field is the first match
+        bad, edits = re.subn(rf'"{field}": [^,}}]+', f'"{field}": {json.dumps(value)}', lines[0], count=1)
+        if not edits:
+            return f"crash|the line has no {field} to edit"
+        episodes.write_text("\n".join([bad, *lines[1:]]) + "\n")
         total = sum(len(p.read_text().splitlines()) for p in run_dir.rglob("episodes.jsonl"))
         return _readers_agree(run_dir, total - 1)
 

@@ -225,9 +225,10 @@ def test_a_damaged_run_is_shown_without_its_damaged_lines(view_run, tmp_path):
     lines = episodes.read_text().splitlines()
     good = len(lines)
     bad = []
-    for change in ({"benchmark": None}, {"seed": "zero"}, {"policy_info": [1, 2]}, {"usage": "lots"},
-                   {"policy_info": {"abstractions_in_prompt": "x", "rejected_abstractions": [1, "a"]}}):
+    for k, change in enumerate(({"benchmark": None}, {"seed": "zero"}, {"policy_info": [1, 2]}, {"usage": "lots"},
+                                {"policy_info": {"abstractions_in_prompt": "x", "rejected_abstractions": [1, "a"]}})):
         x = json.loads(lines[0])
+        x["head"]["index"] = 10_000 + k  # each its own episode (a copy of line 0's key would count once)
         for key, value in change.items():
             if value is None:
                 x["head"].pop(key)

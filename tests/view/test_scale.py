@@ -25,6 +25,17 @@ def _rows(ix):
 _copy = copy_run
 
 
+def _renumbered(lines: list[bytes], start: int = 10_000) -> list[bytes]:
+    """Copies of episode lines as other episodes (a new index each): a copy of a line's own
+    key is the same episode written twice, which every reader counts once."""
+    out = []
+    for k, raw in enumerate(lines):
+        x = json.loads(raw)
+        x["head"]["index"] = start + k
+        out.append((json.dumps(x) + "\n").encode())
+    return out
+
+
 def test_an_index_is_caught_up_not_rebuilt_when_the_run_grew(view_run, tmp_path):
     run = _copy(view_run, tmp_path)
     first = RunIndex(run)
@@ -32,8 +43,8 @@ def test_an_index_is_caught_up_not_rebuilt_when_the_run_grew(view_run, tmp_path)
     first.close()
     log = next(setting_dirs(run)) / EPISODES
     lines = log.read_bytes().splitlines(keepends=True)
-    with open(log, "ab") as f:  # the run went on (a resume, more seeds): lines appended
-        f.write(b"".join(lines[:3]))
+    with open(log, "ab") as f:  # the run went on (a resume, more seeds): new episodes' lines appended
+        f.write(b"".join(_renumbered(lines[:3])))
     again = RunIndex(run)  # a new process: no prior build in it
     assert again.build_id == build  # caught up in place: the search index keeps what it read
     assert again.conn.execute("SELECT COUNT(*) FROM episodes").fetchone()[0] == before + 3
