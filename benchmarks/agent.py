@@ -93,6 +93,9 @@ def plot(sft: Path, rl: dict[str, Path], path: Path) -> Path:
     axes[1].set_ylim(-0.05, 1.05)
     if rl:
         axes[1].legend()
+    else:
+        axes[1].text(0.5, 0.5, "no RL stage in this invocation", ha="center", va="center",
+                     transform=axes[1].transAxes, color="0.4")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -183,6 +186,9 @@ def section(args: argparse.Namespace, sft: TrainConfig, rl: dict[str, TrainConfi
         recipe += (f" {name}: {s.updates} updates of {s.groups} tasks x {s.group_size} attempts (T = {s.temperature}, "
                    f"at most {s.max_steps or config.max_steps} steps), at most {s.decisions} decisions per update, "
                    f"lr {s.lr}.")
+    if not rl:
+        recipe += (" No RL stage in this invocation (`--rules` named none): the SFT+RL rows of this benchmark are "
+                   "not measured here.")
     total_min = sum(minutes.values())
     lines = [f"The packaged SmolLM2-135M-Instruct trained on this 2-core CPU by `ap-gym train` "
              f"(`benchmarks/train/{args.benchmark}-*.yaml`), then played on {n_games} held-out games of "
