@@ -29,7 +29,8 @@ __all__ = ["ACTION_WORDS", "FAILED_FEEDBACK", "GOAL_VERBS", "INVENTED_VERBS", "C
 FAILED_FEEDBACK = re.compile(
     r"nothing happens|you can't|you cannot|can't see|don't see|not a verb|didn't understand|don't understand"
     r"|no known action|not clear how|invalid action|unknown action|not possible|isn't possible|ambiguous request"
-    r"|you need to|that's not|isn't open|not open|no such|not available", re.I)
+    r"|you need to|that's not|isn't open|not open|no such|not available|requires (?:a|an|the|some) |you'll need|"
+    r"you will need|first you need|is locked", re.I)
 
 
 def failed_action(observation: str) -> bool:
@@ -88,7 +89,7 @@ _MARKER = re.compile(r"^\s*(?:[-*\u2022>]+|\(?\d{1,2}[.):]|step\s*\d+\s*[:.)-]?|
 #: Where an unquoted command ends inside its clause.
 _COMMAND_END = re.compile(r"\s*(?:,|\(|\bthen\b|\bbefore\b|\bafter\b|\buntil\b|\bso\b|\bwhile\b|\bif\b|\bwhen\b|"
                           r"\bbecause\b|\bsince\b|\bas soon as\b|\bto (?:make|see|get|reach|finish)\b|\bfirst\b|"
-                          r"\bagain\b|\bdirectly\b|\bright away\b|\bonce\b|\bexactly\b|\bcompletes?\b|\bworks?\b|"
+                          r"\bagain\b|\bdirectly\b|\bright away\b|\bonce\b|\bexactly\b|\bcompletes?\b|\bworks?\b|\bworked\b|\bsucceed(?:s|ed)?\b|\bfailed\b|\bfails\b|"
                           r"\bis\b|\bare\b|\bwas\b|\bdid\b|\bdoes\b|\bdo\b|\bcan\b|\bwill\b|\bwon't\b|\bshould\b|"
                           r"\bmust\b|\bhelps?\b|\bnever\b|\balone\b|\bby itself\b|\bthere\b|\bhere\b)", re.I)
 #: Verbs that state an aim in prose rather than a command ("find the mug", "check the drawers").
@@ -104,7 +105,7 @@ _GENERIC_NOUNS = {"destination", "receptacle", "container", "location", "target"
 #: Verbs models invent for commands a benchmark spells otherwise; unquoted in a plan's step,
 #: they are read as commands (a prose verb such as "fill" or "read" is not).
 INVENTED_VERBS = frozenset({"grab", "wash", "teleport", "melt", "microwave", "purchase", "fetch", "walk", "run",
-                            "climb", "press", "push", "pull", "carry", "throw", "bake", "fry", "grill", "roast", "chill",
+                            "climb", "press", "push", "pull", "throw", "bake", "grill", "roast", "chill",
                             "boil", "freeze", "rinse", "travel", "navigate", "enter", "exit", "leave", "lift", "stir",
                             "shake", "drag", "kick", "jump", "scroll", "attach", "detach", "spray", "brew", "checkout",
                             "plug", "unplug", "remove"})

@@ -115,10 +115,23 @@ def card(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     import argparse
 
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help says what it does, and runs nothing
-    items = yaml.safe_load(SET.read_text())["items"]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--set", type=Path, default=SET, help="the labelled set (default: %(default)s)")
+    parser.add_argument("--dev", action="store_true",
+                        help="a set the rules were tuned on: print every miss and false flag, write nothing")
+    args = parser.parse_args()  # --help says what it does, and runs nothing
+    items = yaml.safe_load(args.set.read_text())["items"]
     rows = label_all(items, worlds_for(items))
     result = card(rows)
+    if args.dev:
+        print(f"{args.set}: precision {result['precision']}, recall {result['recall']}")
+        for t, c in result["types"].items():
+            print(f"  {t}: n {c['n']} recall {c['recall']} as-type {c['recall_as_type']} precision {c['precision']}")
+        for r in rows:
+            if r["erroneous"] != r["flagged"] or (r["erroneous"] and not set(r["types"]) & set(r["why"])):
+                kind = "missed" if not r["flagged"] else "false flag" if not r["erroneous"] else "other reason"
+                print(f"- {r['id']} {kind} {'/'.join(r['types'])}: {r['text'][:150]!r}\n    {'; '.join(r['reasons'])[:200]}")
+        return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).parent).stdout.strip()
     result["measured_at"] = commit or "?"

@@ -124,7 +124,8 @@ class EnvironmentLabeller:
                     reasons.append(f"grammar: {c.text!r} is not a command of this benchmark")
         if sources:
             world = " ".join(s.text() for s in sources)
-            reasons += self._absent(text, commands, world)
+            if any(s.steps for s in sources):  # a record with no steps shows no world: no evidence of absence
+                reasons += self._absent(text, commands, world)
             reasons += self._contradicted(text, commands, sources)
         return Label(bool(reasons), tuple(dict.fromkeys(reasons)))
 

@@ -34,198 +34,94 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ap_gym.report.claims import Claim, claims_in
 from ap_gym.report.labels import Label
 from ap_gym.types import WorldFacts
 
 __all__ = ["CLAIM_TYPES", "SEES", "Claim", "GroundedLabeller", "claims_in"]
 
 #: The error types this labeller checks (a flag's reason starts with one of them).
-CLAIM_TYPES = ("location", "precondition", "order", "overgeneralised", "universal")
+CLAIM_TYPES = ("location", "precondition", "order", "overgeneralised", "universal", "absent", "contradicted")
 
 #: What each engine's facts let the labeller check (the rest stays unclassified).
 SEES: dict[str, tuple[str, ...]] = {
-    "textworld": ("location", "precondition", "order", "overgeneralised", "universal"),
-    "alfworld": ("location", "precondition", "order", "overgeneralised", "universal"),
+    "textworld": ("location", "precondition", "order", "overgeneralised", "universal", "absent", "contradicted"),
+    "alfworld": ("location", "precondition", "order", "overgeneralised", "universal", "absent", "contradicted"),
     "shop": ("order", "overgeneralised"),
     "webshop": (),
     "scienceworld": (),
 }
 
-_ART = r"(?:the |a |an |some |any |your |its )?"
-_PHRASE = r"[a-z][a-z0-9\-]*(?: [a-z0-9][a-z0-9\-]*){0,3}?"
-_END = r"(?=$|[.,;:!?)]| to | and | so | or | before | after | then | which | where | when | if | unless | first| only)"
-_HOLDER = rf"(?P<y>{_PHRASE})"
-_THING = rf"(?P<x>{_PHRASE})"
-_ADVERB = r"(?:usually |always |often |typically |normally |generally |mostly |sometimes |probably |likely )?"
-
-_LOCATION = [
-    re.compile(rf"\b{_ART}{_THING} (?:is|are|was|were|can be|may be|will be|should be) {_ADVERB}"
-               rf"(?:found |kept |located |stored |placed |sitting |lying )?(?:in|on|inside|at|under|on top of) "
-               rf"{_ART}{_HOLDER}{_END}"),
-    re.compile(rf"\b{_ART}{_THING} (?:sits|lies|rests|waits|lives|stays) {_ADVERB}(?:in|on|inside|at|under) "
-               rf"{_ART}{_HOLDER}{_END}"),
-    re.compile(rf"\b(?:find|get|grab|fetch|look for|search for|locate|pick up|collect) {_ART}{_THING} "
-               rf"(?:in|on|inside|from|at|under) {_ART}{_HOLDER}{_END}"),
-    re.compile(rf"\bgo to {_ART}{_HOLDER} (?:to|and) (?:get|find|take|grab|fetch|pick up|collect) {_ART}{_THING}{_END}"),
-    re.compile(rf"\b{_ART}(?P<y>{_PHRASE}) (?:has|holds|contains) {_ART}{_THING}{_END}"),
-]
-_OR = re.compile(rf",? or (?:in |on |inside |at |under )?{_ART}(?P<alt>{_PHRASE}){_END}")
-#: Words before a location that make it a goal or a hypothesis, not a claim about the start.
-_GOAL = re.compile(r"\b(?:make sure|ensure|so that|until|once|after|when|goal|task is|must be|should be|needs to be|"
-                   r"need to be|has to be|have to be|want|wants|put|place|move|bring|carry|if|whether|check)\b[^.;]*$")
-
-_ACTIONS = r"heating|warming|cooling|chilling|cleaning|washing|rinsing|cutting|slicing|chopping|dicing|unlocking|" \
-           r"opening|cooking|heat|warm|cool|chill|clean|wash|rinse|cut|slice|chop|dice|unlock|open|cook"
-_PRECONDITION = [
-    re.compile(rf"\b(?P<verb>{_ACTIONS})s? {_ART}{_THING}? ?(?:requires|needs|takes|calls for) "
-               rf"{_ART}{_HOLDER}{_END}"),
-    re.compile(rf"\b(?:need|needs|require|requires|must use|have to use|has to use|should use|must have|"
-               rf"need to use|need to have) {_ART}{_HOLDER} (?:to|for|in order to) (?P<verb>{_ACTIONS})(?:ing)? "
-               rf"{_ART}{_THING}{_END}"),
-    re.compile(rf"\buse {_ART}{_HOLDER} to (?P<verb>{_ACTIONS}) {_ART}{_THING}{_END}"),
-    re.compile(rf"\b(?P<verb>{_ACTIONS}) {_ART}{_THING} (?:with|using|in) {_ART}{_HOLDER}{_END}"),
-    re.compile(rf"\b{_ART}{_HOLDER} (?P<verb>opens|unlocks|heats|cools|cleans|cuts|slices) {_ART}{_THING}{_END}"),
-    re.compile(rf"\b{_ART}{_HOLDER} (?:is needed|is required|is necessary) (?:to|for) (?P<verb>{_ACTIONS})(?:ing)? "
-               rf"{_ART}{_THING}{_END}"),
-]
-_VERB = {"warm": "heat", "chill": "cool", "wash": "clean", "rinse": "clean", "opens": "open", "unlocks": "unlock",
-         "heats": "heat", "cools": "cool", "cleans": "clean", "cuts": "cut", "slices": "slice"}
-
-_STEP = r"(?:go to|take|pick up|get|grab|put|place|move|open|close|heat|cool|clean|slice|cut|unlock|examine|use|" \
-        r"turn on|toggle|cook|chop|dice|insert|drop|eat|look at|click)"
-_ORDER = [
-    re.compile(rf"\b(?P<a>{_STEP} [^.;,]+?) before (?P<b>(?:{_STEP}|[a-z]+ing) [^.;,]+?){_END}"),
-    re.compile(rf"\bfirst,? (?P<a>{_STEP} [^.;,]+?),? (?:and )?then,? (?P<b>{_STEP} [^.;,]+?){_END}"),
-    re.compile(rf"\b(?P<b>{_STEP} [^.;,]+?) (?:only )?after (?P<a>(?:{_STEP}|[a-z]+ing) [^.;,]+?){_END}"),
-]
-_GERUND = {"going to": "go to", "taking": "take", "picking up": "pick up", "putting": "put", "placing": "place",
-           "moving": "move", "opening": "open", "closing": "close", "heating": "heat", "cooling": "cool",
-           "cleaning": "clean", "slicing": "slice", "cutting": "cut", "unlocking": "unlock", "using": "use",
-           "cooking": "cook", "chopping": "chop", "dicing": "dice", "examining": "examine", "clicking": "click",
-           "warming": "warm", "chilling": "chill", "washing": "wash", "rinsing": "rinse",
-           "getting": "get", "grabbing": "grab", "inserting": "insert", "dropping": "drop", "eating": "eat"}
-_SAME_STEP = {"pick up": "take", "get": "take", "grab": "take", "place": "move", "put": "move", "insert": "move"}
-
-_NEVER = [
-    re.compile(rf"\b(?:never|don't|do not|no point in|it is useless to|it's useless to|there is no need to) "
-               rf"(?:try to |bother to |bother |try )?(?P<cmd>{_STEP} [^.;,]+?){_END}"),
-    re.compile(rf"\b(?P<cmd>(?:{_STEP}|[a-z]+ing) [^.;,]+?) (?:never works|does not work|doesn't work|won't work|always fails|"
-               rf"is impossible|is useless|cannot work|never succeeds|is not possible){_END}"),
-    re.compile(rf"\byou (?:cannot|can't|can not) (?P<cmd>{_STEP} [^.;,]+?){_END}"),
-]
-_UNIVERSAL = re.compile(r"\b(?:always|every|all|each|in any|any game|every game|every task|all tasks|all games|"
-                        r"invariably|without exception)\b")
-#: Holders that are no place of the world.
-_NO_PLACE = {"hand", "hands", "inventory", "front", "place", "way", "order", "mind", "game", "task", "world", "room",
-             "step", "steps", "sight", "view", "the", "it", "them", "there", "here", "time", "turn", "end", "case",
-             "plan", "list", "state", "reach", "general", "fact", "most", "particular", "addition", "trouble"}
-_NOT_THING = {"it", "they", "this", "that", "there", "which", "what", "item", "items", "object", "objects", "thing",
-              "things", "everything", "something", "nothing", "task", "goal", "agent", "you", "target", "one"}
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One checkable claim of an abstraction: its type, its terms, and the sentence it is in."""
-
-    kind: str
-    x: str
-    y: str = ""
-    verb: str = ""
-    universal: bool = False
-    sentence: str = ""
-
-
-def _sentences(text: str) -> list[str]:
-    parts = re.split(r"(?<=[.!?;])\s+|\n+|(?<=:)\s+(?=[A-Z\-*\d])", text)
-    return [" ".join(p.lower().replace("`", "").replace("'", "'").replace('"', "").split()) for p in parts if p.strip()]
-
-
-def _clean(phrase: str) -> str:
-    words = [w for w in phrase.strip(" .,;:").split() if w not in ("the", "a", "an", "some", "any", "your", "its")]
-    while words and words[-1] in ("first", "there", "here", "too", "also", "again", "now", "then", "only"):
-        words.pop()
-    return " ".join(words)
-
-
-def claims_in(text: str) -> list[Claim]:
-    """The checkable claims of ``text`` (see the module docstring), in order."""
-    out: list[Claim] = []
-    for sentence in _sentences(text):
-        universal = bool(_UNIVERSAL.search(sentence))
-        for pattern in _LOCATION:
-            for m in pattern.finditer(sentence):
-                x, y = _clean(m.group("x")), _clean(m.group("y"))
-                if not x or not y or x.split()[-1] in _NOT_THING or y.split()[-1] in _NO_PLACE:
-                    continue
-                if _GOAL.search(sentence[:m.start("x")]) and not m.group(0).startswith(("find", "get", "look", "go to")):
-                    continue
-                at = m.end("y")
-                while (alt := _OR.match(sentence, at)) is not None:  # "on a countertop or in a cabinet": either
-                    y, at = y + "|" + _clean(alt.group("alt")), alt.end("alt")
-                out.append(Claim("location", x, y, universal=universal, sentence=sentence))
-        for pattern in _PRECONDITION:
-            for m in pattern.finditer(sentence):
-                verb = _GERUND.get(m.group("verb"), m.group("verb"))
-                verb = _VERB.get(verb, verb)
-                x = _clean(m.group("x") or "")
-                y = _clean(m.group("y"))
-                if y and y.split()[-1] not in _NOT_THING and y not in _NO_PLACE:
-                    out.append(Claim("precondition", x, y, verb=verb, universal=universal, sentence=sentence))
-        for pattern in _ORDER:
-            for m in pattern.finditer(sentence):
-                a, b = _step(m.group("a")), _step(m.group("b"))
-                if a and b:
-                    out.append(Claim("order", a, b, universal=universal, sentence=sentence))
-        for pattern in _NEVER:
-            for m in pattern.finditer(sentence):
-                command = _step(m.group("cmd"))
-                if command:
-                    out.append(Claim("overgeneralised", command, universal=universal, sentence=sentence))
-    return list(dict.fromkeys(out))
-
-
-def _step(phrase: str) -> str:
-    """An action phrase as a plan step would read: verb first, articles and pronouns kept
-    out ("heating it" -> "heat")."""
-    phrase = " ".join(phrase.lower().split()).strip(" .,;:")
-    for gerund, verb in _GERUND.items():
-        if phrase.startswith(gerund + " ") or phrase == gerund:
-            phrase = verb + phrase[len(gerund):]
-            break
-    words = [w for w in phrase.split() if w not in ("the", "a", "an", "some", "your", "its")]
-    return " ".join(words)
+_SAME_STEP = {"pick up": "take", "get": "take", "grab": "take", "fetch": "take", "retrieve": "take",
+              "collect": "take", "place": "move", "put": "move", "insert": "move", "drop": "move", "bring": "move",
+              "carry": "move", "deliver": "move", "return": "move", "warm": "heat", "microwave": "heat",
+              "chill": "cool", "fridge": "cool", "wash": "clean", "rinse": "clean", "cut": "slice", "chop": "slice",
+              "dice": "slice", "toggle": "use", "turn on": "use", "choose": "select"}
 
 
 # ---------------------------------------------------------------------- matching
+#: Everyday names for the engines' names (an ALFWorld "sink" is its "sinkbasin").
+SYNONYMS = {"sink": "sinkbasin", "stove": "stoveburner", "burner": "stoveburner", "counter": "countertop",
+            "trash can": "garbagecan", "trash": "garbagecan", "bin": "garbagecan", "garbage can": "garbagecan",
+            "tv": "television", "refrigerator": "fridge", "freezer": "fridge", "oven": "microwave", "couch": "sofa",
+            "nightstand": "sidetable", "bedside table": "sidetable", "tub": "bathtubbasin", "bathtub": "bathtubbasin",
+            "desk lamp": "desklamp", "lamp": "desklamp|floorlamp", "towel": "handtowel|towel"}
+
+
 def _base(name: str) -> str:
     """A name without its instance number ("mug 1" -> "mug")."""
     return re.sub(r" \d+$", "", name)
 
 
 def _singular(word: str) -> str:
-    if word.endswith("ives") and len(word) > 5:  # knives, shelves stay as they read: knife
+    if word.endswith("ives") and len(word) > 5:  # knives -> knife
         return word[:-3] + "fe"
     if word.endswith("lves") and len(word) > 5:  # shelves -> shelf
         return word[:-3] + "f"
     if word.endswith("ies") and len(word) > 4:
         return word[:-3] + "y"
-    if word.endswith(("ches", "shes", "xes", "sses")):
+    if word.endswith(("ches", "shes", "xes", "sses", "toes")):
         return word[:-2]
-    return word[:-1] if word.endswith("s") and not word.endswith("ss") and len(word) > 3 else word
+    return word[:-1] if word.endswith("s") and not word.endswith(("ss", "us", "is")) and len(word) > 3 else word
 
 
 def _matches(phrase: str, names: Iterable[str]) -> list[str]:
     """World names ``phrase`` can mean: the instance it names ("drawer 3"), else every name
-    of its kind ("key" -> "old key", "red key"; "drawers" -> "drawer 1", "drawer 2")."""
-    phrase = " ".join(_singular(w) for w in phrase.split())
+    of its kind ("key" -> "old key", "red key"; "drawers" -> "drawer 1", "drawer 2"), read
+    as one word where the world writes it so ("dish sponge" -> "dishsponge 1"), or as the
+    engine's name for it ("sink" -> "sinkbasin 1")."""
     names = list(names)
-    exact = [n for n in names if n == phrase]
+    phrase = " ".join(_singular(w) for w in phrase.split())
+    for candidate in (phrase, *SYNONYMS.get(_base(phrase), "").split("|")):
+        if not candidate:
+            continue
+        number = re.search(r" (\d+)$", phrase)
+        if candidate != phrase and number:
+            candidate = f"{candidate} {number.group(1)}"
+        found = _matches_one(candidate, names)
+        if found:
+            return found
+    return []
+
+
+def _matches_one(phrase: str, names: list[str]) -> list[str]:
+    exact = [n for n in names if n == phrase or n.replace(" ", "") == phrase.replace(" ", "")]
     if exact or re.search(r" \d+$", phrase):
-        return exact
+        if exact or not re.search(r" \d+$", phrase):
+            return exact
+        base, number = phrase.rsplit(" ", 1)
+        return [n for n in names if _base(n).replace(" ", "") == base.replace(" ", "") and n.endswith(" " + number)]
+    compact = phrase.replace(" ", "")
+    kind = [n for n in names if _base(n) == phrase or _base(n).replace(" ", "") == compact]
+    if kind:
+        return kind
     head = phrase.split()[-1]
-    kind = [n for n in names if _base(n) == phrase]
-    return kind or [n for n in names if _base(n).split()[-1] == head and
-                    all(w in _base(n).split() for w in phrase.split())]
+    return [n for n in names if _base(n).split()[-1] == head and all(w in _base(n).split() for w in phrase.split())]
+
+
+def _has_kind(phrase: str, names: Iterable[str]) -> bool:
+    """Whether the world has anything of ``phrase``'s kind (any instance number)."""
+    return bool(_matches(re.sub(r" \d+$", "", phrase), names))
 
 
 def _plan_steps(plan: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -239,27 +135,41 @@ def _plan_steps(plan: Sequence[str]) -> list[tuple[str, list[str]]]:
     return out
 
 
+_GENERIC = {"it", "them", "to", "in", "on", "from", "with", "into", "onto", "out", "of", "off", "up", "at", "thing",
+            "item", "object", "stuff", "anything", "something", "everything", "one", "all", "any", "every", "back",
+            "there", "here", "inside", "using", "by", "you", "your", "its", "their", "down", "away", "first"}
+
+
 def _in_plan(action: str, plan: Sequence[str]) -> list[int]:
-    """Indices of plan steps that do ``action`` (its verb, and its object's words)."""
+    """Indices of plan steps that do ``action`` (its verb, and its object's words, read as
+    one word where the step writes them so: "dish sponge" is "dishsponge")."""
     words = action.split()
     verb = " ".join(words[:2]) if words[:2] in (["go", "to"], ["pick", "up"], ["look", "at"], ["turn", "on"]) \
         else words[0] if words else ""
+    rest = [_singular(w) for w in words[len(verb.split()):] if w not in _GENERIC]
     verb = _SAME_STEP.get(verb, verb)
-    rest = [_singular(w) for w in words[len(verb.split()):] if w not in ("it", "them", "to", "in", "on", "from",
-                                                                          "with", "into", "onto")]
     found = []
     for i, (v, step) in enumerate(_plan_steps(plan)):
         if v != verb:
             continue
         bases = {_singular(w) for w in step}
-        if all(w in bases or w.isdigit() for w in rest[:2]):
+        joined = "".join(step)
+        if all(w in bases or w.isdigit() or _joined(w, rest, joined) or
+               (len(w) >= 4 and any(b.endswith(w) for b in bases)) for w in rest[:2]):
             found.append(i)
     return found
 
 
+def _joined(word: str, rest: list[str], joined: str) -> bool:
+    """Whether ``word`` is part of a two-word name the step writes as one ("dish" of "dish sponge")."""
+    i = rest.index(word)
+    pairs = [rest[i - 1] + word] if i > 0 else []
+    pairs += [word + rest[i + 1]] if i + 1 < len(rest) else []
+    return any(p in joined for p in pairs)
+
+
 def _object_words(action: str) -> set[str]:
-    return {_singular(w) for w in action.split()[1:] if w.isalpha() and w not in
-            ("to", "in", "on", "from", "with", "into", "onto", "up", "it", "them", "at")}
+    return {_singular(w) for w in action.split()[1:] if w.isalpha() and w not in _GENERIC}
 
 
 # ---------------------------------------------------------------------- labeller
@@ -292,13 +202,22 @@ class GroundedLabeller:
             verdict = self._verdict(claim, own, others, sources)
             if verdict is not None:
                 out.append((verdict, claim))
+        for name in _absent_numbers(text, own):
+            out.append((f"absent: {name!r} is in no source task's world ({own[0].engine})", Claim("absent", name)))
         return out
 
     def _verdict(self, claim: Claim, own: list[WorldFacts], others: list[WorldFacts],
                  sources: Sequence[Any]) -> str | None:
         if claim.kind == "overgeneralised":
-            return self._overgeneralised(claim, own + others, sources)
-        check = {"location": _location, "precondition": _precondition, "order": _order}[claim.kind]
+            return self._overgeneralised(claim, own, others, sources)
+        if claim.kind == "outcome":
+            return _outcome(claim, sources)
+        if claim.kind == "location" and not claim.universal:
+            absent = _absent(claim, own, others)
+            if absent:
+                return absent
+        check = {"location": _location if not claim.negated else _not_at, "precondition": _precondition,
+                 "order": _order}[claim.kind]
         results = [r for r in (check(claim, w) for w in own) if r is not None]
         if not results:
             return None
@@ -312,28 +231,83 @@ class GroundedLabeller:
         return ""
 
     @staticmethod
-    def _overgeneralised(claim: Claim, worlds: list[WorldFacts], sources: Sequence[Any]) -> str | None:
-        """A command said never to work that failed in a source record, yet worked in
-        another record or is a step of a winning plan of the family."""
+    def _overgeneralised(claim: Claim, own: list[WorldFacts], others: list[WorldFacts],
+                         sources: Sequence[Any]) -> str | None:
+        """A command said never to work (or forbidden) that works: it failed in a source
+        record but worked in another, or it is a step of a winning plan (the source task's
+        own, or, for "never works", one of the family's), or it opens a holder the engine
+        says is closed and needs no key."""
         from ap_gym.text import failed_action
 
+        if re.search(r"\b(?:closed|locked|shut)\b", claim.x):
+            return None  # "you can't take it from a closed fridge": true of a closed holder, and not checked
         steps = [(a.lower(), o) for s in sources for a, o in getattr(s, "steps", ())]
         tried = [i for i, (a, _) in enumerate(steps) if _in_plan(claim.x, [a])]
-        if not tried or not any(failed_action(steps[i][1]) for i in tried):
-            return None  # no failure to over-generalise from: not this error
-        worked = any(not failed_action(steps[i][1]) for i in tried)
-        planned = [w.task_id for w in worlds if _in_plan(claim.x, w.plan)]
-        if worked or planned:
-            where = "a source record" if worked else f"the winning plan of {planned[0]}"
-            return f"overgeneralised: {claim.x!r} failed once but works ({where})"
-        return ""
+        worked = [i for i in tried if not failed_action(steps[i][1])]
+        if tried and not worked and claim.negated:
+            return ""  # "don't X" after X failed every time here: advice the records bear out
+        planned = [w.task_id for w in (own if claim.negated else own + others) if _in_plan(claim.x, w.plan)]
+        opens = claim.x.split()[0] == "open" and any(
+            _matches(claim.x.split(" ", 1)[1], w.needs.get("closed", ())) and not any(
+                k.startswith(("unlock ", "open ")) and _matches(claim.x.split(" ", 1)[1], [k.split(" ", 1)[1]])
+                for k in w.needs) for w in own)
+        holder = re.split(r" (?:from|out of|in|into|to|on|inside) ", claim.x, maxsplit=1)
+        openable = claim.x.split()[0] in ("take", "get", "grab", "pick", "move", "put", "place") and len(holder) > 1 and \
+            any(_matches(holder[1], w.needs.get("closed", ())) for w in own)
+        if worked or planned or opens or (openable and not claim.negated):
+            where = ("a source record" if worked else f"the winning plan of {planned[0]}" if planned
+                     else "the engine: it is closed, not locked" if opens
+                     else "the engine: it works once the holder is opened")
+            said = "is forbidden" if claim.negated else "is said never to work"
+            return f"overgeneralised: {claim.x!r} {said}, but it works ({where})"
+        return "" if tried else None
+
+
+def _outcome(claim: Claim, sources: Sequence[Any]) -> str | None:
+    """A command said to work that failed every time the source records issued it."""
+    from ap_gym.text import failed_action
+
+    tried = [o for s in sources for a, o in getattr(s, "steps", ()) if _in_plan(claim.x, [a.lower()])]
+    if not tried:
+        return None
+    if all(failed_action(o) for o in tried):
+        return f"contradicted: {claim.x!r} is said to work, but it failed every time the source records issued it"
+    return ""
+
+
+def _absent(claim: Claim, own: list[WorldFacts], others: list[WorldFacts]) -> str | None:
+    """An object or holder the claim places in this world that the world does not have,
+    though the benchmark knows such things (a name no world of the family has may be the
+    reader's misreading, and stays unchecked)."""
+    vocabulary = {n for w in own + others for n in (*w.objects, *w.where)}
+    for term in (claim.x, *claim.y.split("|")):
+        if not term or not _has_kind(term, vocabulary):
+            continue
+        if not any(_matches(term, (*w.objects, *w.where)) for w in own):
+            return f"absent: {term!r} is in no source task's world ({own[0].engine})"
+    return None
+
+
+def _absent_numbers(text: str, own: list[WorldFacts]) -> list[str]:
+    """Numbered names ("drawer 7") whose kind the world has under other numbers only."""
+    names = {n for w in own for n in (*w.objects, *w.where)}
+    out = []
+    for kind, number in re.findall(r"\b([a-z]+) (\d{1,2})\b", text.lower()):
+        if kind in ("step", "steps", "within", "than", "about", "to", "of", "in", "take", "over", "under", "after"):
+            continue
+        name = f"{kind} {number}"
+        same = [n for n in names if _base(n) == kind]
+        if same and name not in names:
+            out.append(name)
+    return list(dict.fromkeys(out))
 
 
 def _say(claim: Claim) -> str:
     if claim.kind == "location":
-        return f"'{claim.x}' at '{claim.y}'"
+        return f"'{claim.x}' {'not ' if claim.negated else ''}at '{claim.y}'"
     if claim.kind == "precondition":
-        return f"'{(claim.verb + ' ' + claim.x).strip()}' needs '{claim.y}'"
+        need = "does not need" if claim.negated else "needs"
+        return f"'{(claim.verb + ' ' + claim.x).strip()}' {need} '{claim.y}'"
     return f"'{claim.x}' before '{claim.y}'"
 
 
@@ -346,26 +320,40 @@ def _location(claim: Claim, world: WorldFacts) -> bool | None:
     holders = {h for y in claim.y.split("|") for h in
                (_matches(y, world.objects) or _matches(y, {h for v in world.where.values() for h in v}))}
     if not holders:  # the object is in this world, and no such holder is: it is not there
-        return False
+        rooms = {"kitchen", "bathroom", "bedroom", "room", "house", "home", "floor", "apartment"}
+        return None if all(y.split()[-1] in rooms for y in claim.y.split("|")) else False  # a world without rooms
     if any(set(world.where[t]) & holders for t in things):
         return True
-    for verb, words in _plan_steps(world.plan):  # where the plan puts it is where it ends up: not a false claim
+    for verb, words in _plan_steps(world.plan if claim.verb != "start" else ()):
+        # where the plan puts it is where it ends up: not a false claim, unless said to be there at the start
         if verb in ("move", "put") and any(t in " ".join(words) for t in things) and \
                 any(h in " ".join(words) for h in holders):
             return True
     return False
 
 
+def _not_at(claim: Claim, world: WorldFacts) -> bool | None:
+    """A denied location: true where the object is in this world and none starts there."""
+    result = _location(claim, world)
+    return None if result is None else not result
+
+
 def _precondition(claim: Claim, world: WorldFacts) -> bool | None:
-    """True/False: the engine requires (not) that for the action; None: it does not say."""
+    """True/False: the engine requires (not) that for the action (or, for a denial, does
+    not require it); None: it does not say."""
     keys = []
     if claim.x:
         keys = [f"{claim.verb} {n}" for n in _matches(claim.x, world.objects) if f"{claim.verb} {n}" in world.needs]
     needed = [n for k in keys for n in world.needs[k]] or list(world.needs.get(claim.verb, ()))
     if not needed:
+        if claim.negated and claim.x and claim.verb in ("open", "unlock") and \
+                _matches(claim.x, world.needs.get("closed", ())):
+            return True  # a closed holder no key opens: it needs nothing
         return None
-    tools = _matches(claim.y, world.objects) or [claim.y]
-    return any(t == n or _base(t) == _base(n) or _base(n).endswith(_base(t)) for t in tools for n in needed)
+    tools = _matches(claim.y, world.objects) or [claim.y.replace(" ", "")] + SYNONYMS.get(claim.y, "").split("|")
+    hit = any(t and (t == n or _base(t) == _base(n) or _base(n).endswith(_base(t)) or _base(t).endswith(_base(n)))
+              for t in tools for n in needed)
+    return not hit if claim.negated else hit
 
 
 def _order(claim: Claim, world: WorldFacts) -> bool | None:
