@@ -55,6 +55,9 @@ def labeller_card(labeller: str) -> str:
     types = "; ".join(f"{t}: recall {c['recall']}, precision of its flags {c['precision']} (n={c['n']})"
                       for t, c in card["types"].items() if c["n"] or c["flagged_as_type"])
     unseen = ", ".join(card.get("cannot_see", [])) or "none"
+    misses = "; ".join(f"{t}: " + " / ".join(repr(m) for m in ms[:2]) for t, ms in card.get("misses", {}).items() if ms)
+    if misses:
+        types += f". What it missed there, per type: {misses}"
     measured = card.get("labeller", "EnvironmentLabeller or GroundedLabeller")
     scope = "" if "GroundedLabeller" in labeller else (
         f" These settings recorded no worlds (worlds.jsonl), so only the rules ran, not the grounded checks: the "

@@ -186,7 +186,7 @@ def test_the_report_can_label_with_a_judge_and_names_its_labeller(tiny_run, tmp_
     assert "not measured here" in text  # a judge's precision is not claimed
     rules = (tiny_run / "report" / "report.md").read_text() if (tiny_run / "report" / "report.md").exists() else \
         (write_report([tiny_run], out=tmp_path / "rules") / "report.md").read_text()
-    assert "Labeller: EnvironmentLabeller" in rules and "was measured once on 70 abstractions" in rules
+    assert "Labeller: EnvironmentLabeller" in rules and "was measured once on 99 abstractions" in rules
     assert "Cannot see (no engine facts)" in rules  # what the card says the labeller is blind to
 
 
