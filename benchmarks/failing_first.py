@@ -188,6 +188,14 @@ FIXES = (
         "tests/view/test_index.py::test_a_directory_in_the_index_files_place_sends_the_index_to_the_cache")),
     Fix("51: 5", "viewer queries bounded", "6643633^", "6643633", (
         "tests/view/test_index.py::test_the_viewers_query_is_bounded_and_refused_with_a_400_that_says_the_limit",)),
+    Fix("51: 5", "a same-length edit far before a file's end", "96bd3dc^", "96bd3dc", (
+        "tests/view/test_scale.py::test_a_same_length_edit_far_before_the_end_is_seen",)),
+    Fix("51: 5", "a full disk degrades the viewer", "a889ecd^", "a889ecd", (
+        "tests/view/test_scale.py::test_a_full_disk_keeps_the_index_in_memory_with_a_warning",)),
+    Fix("51: 2, 3", "what faults.py --only issue51 found: a copied line in the viewer's index, cut weights", "bc1dd39^",
+        "bc1dd39", (
+            "tests/view/test_index.py::test_a_line_written_twice_counts_once_in_the_index_as_in_every_reader",
+            "tests/backbones/test_hf.py::test_a_model_directory_whose_weights_were_cut_is_a_clear_error")),
     Fix("51: 6", "left from 42: an interrupted store", "a6f51b0^", "a6f51b0", (
         "tests/memory/test_store.py::test_a_memory_left_with_only_some_of_its_tables_and_no_meta_is_finished",)),
     Fix("51: 6", "left from 42: closed envs, huge vector envs, non-text envs; lanes loading games", "46bf33a^", "46bf33a", (

@@ -183,13 +183,21 @@ def start_view(run: Path) -> tuple[subprocess.Popen, str]:
 
 
 def grow(run: Path, episodes: int) -> None:
-    """Append ``episodes`` lines to the run (copies of its first setting's first lines): a
-    resumed run, as a viewer opening it later finds it."""
+    """Append ``episodes`` new episodes to the run (its first setting's first lines, each
+    under an index of its own): a resumed run, as a viewer opening it later finds it. A copy
+    of a line's own key is the same episode written twice, which the index skips, so a
+    plain copy would time reading lines, not indexing episodes."""
     log = next(run.glob("shop/*/seed0/episodes.jsonl"))
     with open(log, "rb") as f:
         lines = [next(f) for _ in range(episodes)]
+        start = 1_000_000 + episodes + sum(1 for _ in f)  # past every index the run has
+    out = []
+    for k, raw in enumerate(lines):
+        x = json.loads(raw)
+        x["head"]["index"] = start + k
+        out.append((json.dumps(x) + "\n").encode())
     with open(log, "ab") as f:
-        f.writelines(lines)
+        f.writelines(out)
 
 
 def main() -> None:

@@ -31,3 +31,17 @@ def test_every_benchmark_script_says_what_it_does_and_runs_nothing(script, tmp_p
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage:" in done.stdout
     assert files() == before, "--help wrote files"
+
+
+def test_the_demo_timer_times_what_the_makefile_runs():
+    """benchmarks/demo_time.py reads the demo target's commands; a part the Makefile adds is timed."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.demo_time import demo_parts
+
+    parts = demo_parts()
+    makefile = (ROOT / "Makefile").read_text()
+    target = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    assert len(parts) == target.count("\n\t") and parts
+    assert [p[1] for p in parts] == ["run", "report", "injection", "demo"]
+    assert all(Path(p[0]).name == "ap-gym" and Path(p[0]).is_absolute() for p in parts)
+    assert not any("=" in p[0] for p in parts)  # the environment is set by the timer, not passed as a command

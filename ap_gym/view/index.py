@@ -56,7 +56,7 @@ __all__ = ["FILTERS", "SORTS", "RunIndex"]
 log = logging.getLogger(__name__)
 
 #: Bump when the index's tables change: an index of another version is rebuilt.
-INDEX_VERSION = 10
+INDEX_VERSION = 11
 #: Episode columns a client may filter on (exact match).
 FILTERS = ("benchmark", "backbone", "policy", "seed", "iteration", "phase", "task_family", "task_id", "outcome")
 
@@ -72,6 +72,7 @@ CREATE TABLE episodes (
 );
 CREATE INDEX episodes_where ON episodes (setting, phase, iteration);
 CREATE INDEX episodes_task ON episodes (task_id, phase);
+CREATE INDEX episodes_key ON episodes (file, idx, phase, iteration);
 CREATE TABLE records (setting TEXT NOT NULL, record_id INTEGER NOT NULL, episode_id INTEGER,
                       PRIMARY KEY (setting, record_id));
 CREATE TABLE abstractions (
@@ -94,6 +95,15 @@ NUMERIC = frozenset({"id", "seed", "iteration", "success", "score", "num_steps",
                      "parse_failures", "wall_s"})
 #: Columns the episodes may be grouped by.
 GROUPS = (*FILTERS, "mode", "termination", "success")
+
+
+def _indexed_copy(conn: sqlite3.Connection, rel: str, key: tuple[Any, ...]) -> bool:
+    """Whether an episode of ``key`` (benchmark, backbone, policy, seed, phase, iteration,
+    idx) is already indexed from file ``rel``: one lookup through ``episodes_key``."""
+    benchmark, backbone, policy, seed, phase, iteration, idx = key
+    return conn.execute("SELECT 1 FROM episodes WHERE file=? AND idx=? AND phase=? AND iteration=? AND benchmark=? "
+                        "AND backbone=? AND policy=? AND seed=? LIMIT 1",
+                        (rel, idx, phase, iteration, benchmark, backbone, policy, seed)).fetchone() is not None
 
 
 def parse_conditions(value: Any) -> list[tuple[str, str, Any]]:
@@ -462,8 +472,9 @@ class RunIndex:
         damaged, copies, end = 0, 0, start
         # a line written twice (an edit, a second writer) counts once, as every reader counts it
         # (ap_gym.protocol.results.episode_key): the first, also across catch-ups
-        keys = {tuple(k) for k in conn.execute(
-            "SELECT benchmark, backbone, policy, seed, phase, iteration, idx FROM episodes WHERE file=?", (rel,))}
+        # (a catch-up looks each new line's key up in the index, not every key of the file)
+        keys: set[tuple[Any, ...]] = set()
+        indexed = conn.execute("SELECT 1 FROM episodes WHERE file=? LIMIT 1", (rel,)).fetchone() is not None
         with open(path, "rb") as f:
             f.seek(start)
             offset = start
@@ -483,10 +494,11 @@ class RunIndex:
                     damaged += 1
                     continue
                 row = _row_of(header, rel, line_start, len(raw))
-                if tuple(row[1:8]) in keys:
+                key = tuple(row[1:8])
+                if key in keys or (indexed and _indexed_copy(conn, rel, key)):
                     copies += 1
                     continue
-                keys.add(tuple(row[1:8]))
+                keys.add(key)
                 decided = header.decisions
                 rows.append(row)
                 seen.append(list(decided.abstractions_in_prompt))
