@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,24 @@ from ap_gym.report.stats import mean_std, wilson
 
 __all__ = ["curves", "curves_figure", "success_vs_cost"]
 
-_SERIES: list[tuple[str, Callable[[list[Row]], float]]] = [
-    ("held-out success (%)", lambda xs: 100 * statistics.fmean(x.head.success for x in xs)),
-    ("LLM calls per task", lambda xs: statistics.fmean(x.head.usage.llm_calls for x in xs)),
-    ("steps per task", lambda xs: statistics.fmean(x.head.num_steps for x in xs)),
-]
+@dataclass(frozen=True)
+class _Series:
+    """One row of the curves figure: its axis label, a point's value from its episodes, and
+    each episode's own value when the point is a mean (``None``: a success rate, whose
+    interval is Wilson's)."""
+
+    label: str
+    value: Callable[[list[Row]], float]
+    per_episode: Callable[[Row], float] | None = None
+
+
+_SERIES: tuple[_Series, ...] = (
+    _Series("held-out success (%)", lambda xs: 100 * statistics.fmean(x.head.success for x in xs)),
+    _Series("LLM calls per task", lambda xs: statistics.fmean(x.head.usage.llm_calls for x in xs),
+            lambda x: float(x.head.usage.llm_calls)),
+    _Series("steps per task", lambda xs: statistics.fmean(x.head.num_steps for x in xs),
+            lambda x: float(x.head.num_steps)),
+)
 
 
 def _figure(rows: int, cols: int) -> tuple[Any, Any]:
@@ -49,17 +63,17 @@ _STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (8, 2, 2, 2)),
            ((0, (12, 4)), "X"), ((0, (4, 1, 1, 1, 1, 1)), "*")]
 
 
-def _interval(fn_index: int, xs: list[Row]) -> tuple[float, float] | None:
+def _interval(series: _Series, xs: list[Row]) -> tuple[float, float] | None:
     """The pooled episodes' 95 % interval of a curve's point: Wilson for success (in %), the
     normal one of the mean for LLM calls and steps (none from a single episode)."""
     import math
 
     if not xs:
         return None
-    if fn_index == 0:
+    if series.per_episode is None:
         ci = wilson(sum(x.head.success for x in xs), len(xs))
         return None if ci is None else (100 * ci[0], 100 * ci[1])
-    values = [float(x.head.usage.llm_calls if fn_index == 1 else x.head.num_steps) for x in xs]
+    values = [series.per_episode(x) for x in xs]
     if len(values) < 2:
         return None
     m, half = statistics.fmean(values), 1.96 * statistics.stdev(values) / math.sqrt(len(values))
@@ -80,10 +94,11 @@ def curves_figure(r: Results) -> Any:
             iters = sorted({i for d in seeds.values() for i in d})
             style, marker = _STYLES[k % len(_STYLES)]
             nudge = (k - (len(shown) - 1) / 2) * min(0.08, 0.4 / max(1, len(shown)))  # side by side, in iterations
-            for row, (_, fn) in enumerate(_SERIES):
-                values = np.array([[fn(seeds[j][i]) if seeds[j].get(i) else np.nan for i in iters] for j in seeds])
+            for row, series in enumerate(_SERIES):
+                values = np.array([[series.value(seeds[j][i]) if seeds[j].get(i) else np.nan for i in iters]
+                                   for j in seeds])
                 mean = np.nanmean(values, axis=0)  # the mean over seeds, as the tables give it
-                pooled = [_interval(row, [x for j in seeds for x in seeds[j].get(i, [])]) for i in iters]
+                pooled = [_interval(series, [x for j in seeds for x in seeds[j].get(i, [])]) for i in iters]
                 low = [mu - ci[0] if ci else 0.0 for mu, ci in zip(mean, pooled, strict=True)]
                 high = [ci[1] - mu if ci else 0.0 for mu, ci in zip(mean, pooled, strict=True)]
                 axes[row][col].errorbar([i + nudge for i in iters], mean, yerr=[np.maximum(low, 0), np.maximum(high, 0)],
@@ -91,7 +106,7 @@ def curves_figure(r: Results) -> Any:
                                         markersize=max(3.0, 7.0 - 0.6 * k), capsize=2, elinewidth=0.8,
                                         zorder=2 + k, label=m)
         every = sorted({i for m in shown for d in _by_seed(r, s, m).values() for i in d})
-        for row, (label, _) in enumerate(_SERIES):
+        for row, series in enumerate(_SERIES):
             # integer ticks at the iterations (the nudges are not iterations), padded by half a step
             if every and len(every) <= 12:
                 axes[row][col].set_xticks(every)
@@ -99,7 +114,8 @@ def curves_figure(r: Results) -> Any:
                 axes[row][col].xaxis.set_major_locator(MaxNLocator(integer=True))
             if every:
                 axes[row][col].set_xlim(every[0] - 0.5, every[-1] + 0.5)
-            axes[row][col].set_ylabel(label + (" (95 % Wilson)" if row == 0 else " (95 % CI)"), fontsize=8)
+            wilson_ci = series.per_episode is None
+            axes[row][col].set_ylabel(series.label + (" (95 % Wilson)" if wilson_ci else " (95 % CI)"), fontsize=8)
         axes[0][col].set_ylim(-2, 102)
         axes[0][col].set_title(s, fontsize=9)
         axes[-1][col].set_xlabel("iteration (-1: before training)" if any(i < 0 for i in iters) else "iteration")
