@@ -32,6 +32,7 @@ the viewer's speed depends on.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -45,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ap_gym.protocol.results import EpisodeLine  # noqa: E402
+from ap_gym.protocol.results import EpisodeLine, parse_line  # noqa: E402
 from ap_gym.types import Episode, Step, StepTrace, Termination, Usage  # noqa: E402
 from benchmarks._bench import emit, machine, spread  # noqa: E402
 
@@ -193,9 +194,9 @@ def grow(run: Path, episodes: int) -> None:
         start = 1_000_000 + episodes + sum(1 for _ in f)  # past every index the run has
     out = []
     for k, raw in enumerate(lines):
-        x = json.loads(raw)
-        x["head"]["index"] = start + k
-        out.append((json.dumps(x) + "\n").encode())
+        line = parse_line(raw)
+        line = dataclasses.replace(line, header=dataclasses.replace(line.header, index=start + k))
+        out.append((line.to_json() + "\n").encode())
     with open(log, "ab") as f:
         f.writelines(out)
 
