@@ -83,9 +83,17 @@ _DENIED = re.compile(r"^\W{0,3}(?:is not|isn't|does not|doesn't|did not|didn't|d
                      r"|never works|is invalid|is no command|is not valid)\b", re.I)
 #: What opens a command in a quote: a button label after click/press/select is the Shop's click[label].
 _BUTTON = re.compile(r"\b(?:click|press|select|hit|tap)(?:\s+(?:on|the))*\s*$", re.I)
+
+
+def list_marker(bullets: str = "") -> str:
+    """The pattern of a bullet, a number or a step label, the part of a list marker every
+    reader of lists shares; ``bullets`` adds characters that may bullet a line (the claim
+    reader adds "#" headings, and keeps "first"/"then", which make its order claims)."""
+    return r"(?:[-*\u2022>" + re.escape(bullets) + r"]+|\(?\d{1,2}[.):]|step\s*\d+\s*[:.)-]?)"
+
+
 #: A line's list marker or step label: what a plan puts before each command.
-_MARKER = re.compile(r"^\s*(?:[-*\u2022>]+|\(?\d{1,2}[.):]|step\s*\d+\s*[:.)-]?|(?:first|then|next|finally|"
-                     r"afterwards|lastly)\b,?)\s*", re.I)
+_MARKER = re.compile(r"^\s*(?:" + list_marker() + r"|(?:first|then|next|finally|afterwards|lastly)\b,?)\s*", re.I)
 #: Where an unquoted command ends inside its clause.
 _COMMAND_END = re.compile(r"\s*(?:,|\(|\bthen\b|\bbefore\b|\bafter\b|\buntil\b|\bso\b|\bwhile\b|\bif\b|\bwhen\b|"
                           r"\bbecause\b|\bsince\b|\bas soon as\b|\bto (?:make|see|get|reach|finish)\b|\bfirst\b|"

@@ -37,6 +37,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ap_gym.text import list_marker
+
 __all__ = ["Claim", "claims_in", "sentences"]
 
 
@@ -74,7 +76,8 @@ _PREFIX = re.compile(
     r"^(?:(?:key |main |important |general |useful )?(?:insight|lesson(?: learned| learnt)?|takeaway|tip|hint|note|rule|"
     r"observation|strategy|reminder|remember|advice|pro tip|heuristic|fact|summary|plan|guidance|principle|"
     r"what (?:worked|failed|i learned)|learned|learnt|rule of thumb|best practice|pattern|finding|conclusion)s?\s*(?:\d+\s*)?[:\-]\s*)+")
-_MARKER = re.compile(r"^\s*(?:[-*\u2022>#]+|\(?\d{1,2}[.):]|step\s*\d+\s*[:.)-]?)\s*")
+#: A line's list marker (text's, plus "#" headings); "first" and "then" stay: they make order claims.
+_MARKER = re.compile(r"^\s*" + list_marker("#") + r"\s*")
 #: Scope qualifiers: a claim stated for every task of a family.
 _SCOPE_ALL = re.compile(
     r",?\s*\b(?:in|across|for|throughout|within) (?:all |every |each |any |such |most |these |those |the other )"

@@ -197,9 +197,11 @@ class GroundedLabeller:
             return []
         families = {w.family for w in own}
         others = [w for t, w in self.worlds.items() if w.family in families and w not in own]
+        # the names the family's worlds know, once per text (not once per claim)
+        vocabulary = frozenset(n for w in own + others for n in (*w.objects, *w.where))
         out: list[tuple[str, Claim]] = []
         for claim in claims_in(text):
-            verdict = self._verdict(claim, own, others, sources)
+            verdict = self._verdict(claim, own, others, sources, vocabulary)
             if verdict is not None:
                 out.append((verdict, claim))
         for name in _absent_numbers(text, own):
@@ -207,13 +209,13 @@ class GroundedLabeller:
         return out
 
     def _verdict(self, claim: Claim, own: list[WorldFacts], others: list[WorldFacts],
-                 sources: Sequence[Any]) -> str | None:
+                 sources: Sequence[Any], vocabulary: frozenset[str]) -> str | None:
         if claim.kind == "overgeneralised":
             return self._overgeneralised(claim, own, others, sources)
         if claim.kind == "outcome":
             return _outcome(claim, sources)
         if claim.kind == "location" and not claim.universal:
-            absent = _absent(claim, own, others)
+            absent = _absent(claim, own, vocabulary)
             if absent:
                 return absent
         check = {"location": _location if not claim.negated else _not_at, "precondition": _precondition,
@@ -275,11 +277,11 @@ def _outcome(claim: Claim, sources: Sequence[Any]) -> str | None:
     return ""
 
 
-def _absent(claim: Claim, own: list[WorldFacts], others: list[WorldFacts]) -> str | None:
+def _absent(claim: Claim, own: list[WorldFacts], vocabulary: frozenset[str]) -> str | None:
     """An object or holder the claim places in this world that the world does not have,
     though the benchmark knows such things (a name no world of the family has may be the
-    reader's misreading, and stays unchecked)."""
-    vocabulary = {n for w in own + others for n in (*w.objects, *w.where)}
+    reader's misreading, and stays unchecked; ``vocabulary``: every name the family's worlds
+    have)."""
     for term in (claim.x, *claim.y.split("|")):
         if not term or not _has_kind(term, vocabulary):
             continue
