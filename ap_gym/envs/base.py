@@ -35,7 +35,7 @@ from gymnasium import spaces
 
 from ap_gym.envs.text_space import TextSpace
 from ap_gym.errors import EnvInfrastructureError, UnknownTaskError
-from ap_gym.text import FAILED_FEEDBACK, Grammar
+from ap_gym.text import FAILED_FEEDBACK, Grammar, search_folded
 from ap_gym.types import WorldFacts
 
 __all__ = [
@@ -64,6 +64,7 @@ PRINTABLE = string.printable
 MAX_TEXT_LENGTH = 65_536
 SPLITS = ("train", "test")
 _PRINTABLE_SET = frozenset(PRINTABLE)
+_UNPRINTABLE = re.compile(f"[^{re.escape(PRINTABLE)}]")
 
 
 def text_space(max_length: int = MAX_TEXT_LENGTH) -> spaces.Text:
@@ -88,7 +89,7 @@ def sanitize_text(text: str, max_length: int = MAX_TEXT_LENGTH) -> str:
     anything else unprintable becomes a space. Nothing is dropped silently except
     beyond ``max_length``.
     """
-    if all(c in _PRINTABLE_SET for c in text):
+    if _UNPRINTABLE.search(text) is None:  # the common case, at C speed (a per-character loop cost ~10 µs a step)
         return text[:max_length]
     folded = unicodedata.normalize("NFKD", text)
     table = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-"}
@@ -365,7 +366,7 @@ class TextEnv(gym.Env[str, str]):
             return bool(result.valid), "engine"
         if listed:
             return _command(action) in {_command(c) for c in listed}, "admissible"
-        return not self.refused.search(result.observation[:300]), "refusal"
+        return not search_folded(self.refused, result.observation[:300]), "refusal"
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":

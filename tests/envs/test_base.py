@@ -101,3 +101,47 @@ def test_a_registered_env_steps_after_a_first_reset_that_raised():
     obs, reward, terminated, truncated, info = env.step("search[shirt]")
     assert isinstance(obs, str) and not truncated
     env.close()
+
+
+def test_the_fast_paths_of_every_steps_text_checks_give_the_slow_paths_answers():
+    """sanitize_text's printable check and search_folded's lower-cased refusal search are
+    speed-ups (issue 52 item 3: a wrapped TextWorld step spent ~0.16 ms in them and the
+    wrappers); on any text they must answer exactly as the per-character loop and the
+    case-insensitive pattern do."""
+    import random
+    import re
+    import string
+
+    from ap_gym.envs.base import _PRINTABLE_SET, sanitize_text
+    from ap_gym.envs.textworld import TextWorldEnv
+    from ap_gym.text import FAILED_FEEDBACK, failed_action, search_folded
+
+    rng = random.Random(0)
+    pieces = ["Nothing happens.", "You CAN'T go that way", "That's NOT a verb I recognise", "You see a Fridge",
+              "It Is Locked.", "what do you want to take?", "The door is ALREADY open", "caf\u00e9 \u2019quoted\u2019",
+              "\u212aelvin", "tab\there", "new\nline", "]^-\\", "\x00\x07", "You need to open it first"]
+    texts = ["".join(rng.choice(pieces + list(string.printable)) for _ in range(rng.randint(0, 12)))
+             for _ in range(3000)] + pieces
+    custom = re.compile(r"Nothing HAPPENS|\bno\b", re.I)  # not written in lower case: the slow path
+    for text in texts:
+        assert sanitize_text(text) == _slow_sanitize(text, _PRINTABLE_SET)
+        for pattern in (FAILED_FEEDBACK, TextWorldEnv.refused, custom):
+            assert search_folded(pattern, text) == bool(pattern.search(text)), (pattern.pattern[:30], text)
+        assert failed_action(text) == bool(FAILED_FEEDBACK.search(text[:300]))
+
+
+def _slow_sanitize(text: str, printable: frozenset[str]) -> str:
+    import unicodedata
+
+    if all(c in printable for c in text):
+        return text[:65_536]
+    folded = unicodedata.normalize("NFKD", text)
+    table = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-"}
+    out = []
+    for c in folded:
+        c = table.get(c, c)
+        if c in printable:
+            out.append(c)
+        elif not unicodedata.combining(c):
+            out.append(" ")
+    return "".join(out)[:65_536]
