@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 from gymnasium import spaces
 
+from ap_gym.envs.engine_process import EngineProcess, EngineTiming
 from ap_gym.envs.text_space import TextSpace
 from ap_gym.errors import EnvInfrastructureError, UnknownTaskError
 from ap_gym.text import FAILED_FEEDBACK, Grammar, search_folded
@@ -261,6 +262,19 @@ class TextEnv(gym.Env[str, str]):
     def task_id(self) -> str | None:
         """The task of the episode in progress."""
         return self._task_id
+
+    def engine_timings(self) -> Mapping[str, EngineTiming]:
+        """Where this env's time went, per call into an engine process of its own: the
+        engine's seconds and the caller's wait (empty for an env whose engine runs
+        elsewhere: in process, or a JVM)."""
+        engine = getattr(self, "_engine", None)
+        return engine.timings() if isinstance(engine, EngineProcess) else {}
+
+    def engine_round_trip_s(self) -> float | None:
+        """One round trip to this env's engine process that does no engine work (``None``
+        without one): what the boundary costs a step, apart from the engine's own time."""
+        engine = getattr(self, "_engine", None)
+        return engine.ping() if isinstance(engine, EngineProcess) else None
 
     def _abandon(self) -> None:
         """The engine lost the episode in progress: ``step`` now asks for a ``reset``."""

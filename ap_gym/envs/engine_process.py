@@ -13,6 +13,11 @@ Starting a child (spawn, imports, ``factory()``) has a budget of its own,
 ``start_timeout_s``: on a cold machine it can take longer than any one call, and counted
 against the first call it made a tight ``timeout_s`` fail the first game of every child.
 
+Every answer carries the seconds the engine spent on it in its own process, so
+:meth:`EngineProcess.timings` can say where a step's time goes: in the engine, or at the
+boundary (the pipe, the pickling, waking the other process); :meth:`EngineProcess.ping`
+times the boundary alone.
+
 The child is a plain object built by ``factory()`` (a picklable, module-level callable);
 :meth:`EngineProcess.call` runs one of its methods by name. Arguments and results must
 pickle; keep them to strings, lists and dicts. The child is a fresh interpreter
@@ -24,21 +29,41 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 from ap_gym.errors import EnvInfrastructureError
 from ap_gym.processes import Child, die_with_parent
 
-__all__ = ["EngineProcess", "die_with_parent"]
+__all__ = ["EngineProcess", "EngineTiming", "die_with_parent"]
 
 _FOLLOWED = ("AP_GYM_CACHE", "XDG_CACHE_HOME", "HOME", "ALFWORLD_DATA")
 
 
+@dataclass(frozen=True)
+class EngineTiming:
+    """One engine method's calls so far: how many, the seconds the engine spent on them in
+    its own process, and the seconds the caller waited for them (the engine's time plus the
+    boundary's)."""
+
+    calls: int
+    engine_s: float
+    waited_s: float
+
+    @property
+    def boundary_s(self) -> float:
+        """What the process boundary added: the wait beyond the engine's own time."""
+        return self.waited_s - self.engine_s
+
+
 def _serve(conn: Connection, factory: Callable[[], Any]) -> None:
-    """The child: build the engine, then answer ``(method, args)`` until ``None`` or EOF."""
+    """The child: build the engine, then answer ``(method, args)`` until ``None`` or EOF,
+    each answer with the seconds the engine spent on it (the empty method: a ping that
+    touches no engine)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     try:
         engine = factory()
@@ -54,10 +79,13 @@ def _serve(conn: Connection, factory: Callable[[], Any]) -> None:
         if request is None:
             break
         method, args = request
+        started = time.perf_counter()
         try:
-            conn.send(("ok", getattr(engine, method)(*args)))
+            value = getattr(engine, method)(*args) if method else None
+            conn.send(("ok", value, time.perf_counter() - started))
         except Exception as e:  # the engine's error goes back to the parent, which decides
-            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"))
+            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}",
+                       time.perf_counter() - started))
     with contextlib.suppress(Exception):
         engine.close()
 
@@ -86,6 +114,7 @@ class EngineProcess:
         self._conn: Connection | None = None
         self._games = 0
         self.started = 0  # children started so far (recycling shows up here)
+        self._times: dict[str, tuple[int, float, float]] = {}
 
     @property
     def pid(self) -> int | None:
@@ -106,14 +135,36 @@ class EngineProcess:
             EnvInfrastructureError: the engine raised, crashed or did not answer in time;
                 the child is gone afterwards (the next call starts a new one).
         """
+        if not method:
+            raise ValueError("name the engine's method (the empty name is ping())")
+        return self._timed_call(method, args, timeout_s)
+
+    def ping(self) -> float:
+        """The seconds of one round trip to the child that does no engine work (started
+        first if none runs): the boundary's own cost."""
+        self._ensure()
+        started = time.perf_counter()
+        self._timed_call("", (), None)
+        return time.perf_counter() - started
+
+    def timings(self) -> dict[str, EngineTiming]:
+        """Per engine method, its calls so far (over every child), the engine's own seconds
+        and the caller's wait: where a step's time goes."""
+        return {m: EngineTiming(*t) for m, t in self._times.items() if m}
+
+    def _timed_call(self, method: str, args: tuple[Any, ...], timeout_s: float | None) -> Any:
         conn = self._ensure()
         limit = self.timeout_s if timeout_s is None else timeout_s
-        status, value = self._exchange(
+        started = time.perf_counter()
+        label = method or "a ping"
+        status, value, engine_s = self._exchange(
             conn, (method, args), limit,
-            timed_out=f"{self.name}'s engine did not answer {method} within {limit:g} s; it was killed "
+            timed_out=f"{self.name}'s engine did not answer {label} within {limit:g} s; it was killed "
                       "(call reset() to go on with a new engine)",
-            died=f"{self.name}'s engine process died during {method} (exit code {{code}}); "
+            died=f"{self.name}'s engine process died during {label} (exit code {{code}}); "
                  "call reset() to go on with a new engine")
+        calls, in_engine, waited = self._times.get(method, (0, 0.0, 0.0))
+        self._times[method] = (calls + 1, in_engine + (engine_s or 0.0), waited + time.perf_counter() - started)
         if status == "error":
             self.close(kill=True)
             raise EnvInfrastructureError(f"{self.name}'s engine failed in {method}: {value}")
@@ -128,7 +179,7 @@ class EngineProcess:
         parent = process.conn
         self._process, self._conn, self._games = process, parent, 0
         self.started += 1
-        status, value = self._exchange(
+        status, value, _ = self._exchange(
             parent, None, self.start_timeout_s,
             timed_out=f"{self.name}'s engine process was not ready within {self.start_timeout_s:g} s of its start; "
                       "it was killed (a machine this loaded needs a larger start_timeout_s)",
@@ -140,8 +191,9 @@ class EngineProcess:
         return parent
 
     def _exchange(self, conn: Connection, request: tuple[str, tuple[Any, ...]] | None, limit_s: float, *,
-                  timed_out: str, died: str) -> tuple[str, Any]:
-        """Send ``request`` (``None``: only wait) and read the child's ``(status, value)``.
+                  timed_out: str, died: str) -> tuple[str, Any, float | None]:
+        """Send ``request`` (``None``: only wait) and read the child's ``(status, value)``
+        and, for a call, the engine's seconds on it (``None`` for the start-up handshake).
 
         A child that does not answer within ``limit_s``, or whose pipe ends, is killed and
         the caller gets :class:`EnvInfrastructureError` with ``timed_out`` or ``died``
@@ -154,12 +206,12 @@ class EngineProcess:
             if not conn.poll(limit_s):
                 self.close(kill=True)
                 raise EnvInfrastructureError(timed_out)
-            status, value = conn.recv()
+            status, value, *seconds = conn.recv()
         except (EOFError, OSError) as e:  # BrokenPipeError is an OSError
             code = self._process.exitcode if self._process is not None else None
             self.close(kill=True)
             raise EnvInfrastructureError(died.replace("{code}", str(code))) from e
-        return status, value
+        return status, value, (seconds[0] if seconds else None)
 
     def close(self, *, kill: bool = False) -> None:
         """End the child: politely (it closes its engine), or at once with ``kill``."""

@@ -137,3 +137,55 @@ def test_an_env_left_open_at_exit_prints_no_traceback(tmp_path):
                           env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+class Sleeper:
+    """An engine whose one method takes a known time, to see it apart from the boundary's."""
+
+    def nap(self, seconds: float) -> str:
+        time.sleep(seconds)
+        return "rested"
+
+    def fail(self) -> None:
+        raise ValueError("no")
+
+
+def test_timings_say_how_much_of_a_call_was_the_engine_and_how_much_the_boundary():
+    """Issue 52 item 3 asks where a wrapped step's time goes: each answer carries the engine's
+    own seconds, the caller adds its wait, and a ping times the boundary alone."""
+    engine = EngineProcess(Sleeper, name="Sleeper")
+    try:
+        assert engine.timings() == {}
+        round_trip = engine.ping()
+        assert 0 < round_trip < 5 and engine.timings() == {}  # a ping touches no engine and counts as no call
+        for _ in range(3):
+            assert engine.call("nap", 0.05) == "rested"
+        nap = engine.timings()["nap"]
+        assert nap.calls == 3
+        assert 0.15 <= nap.engine_s <= nap.waited_s  # the engine's sleep is inside, the wait covers it
+        assert nap.boundary_s == pytest.approx(nap.waited_s - nap.engine_s)
+        with pytest.raises(EnvInfrastructureError, match="failed in fail"):
+            engine.call("fail")
+        assert engine.timings()["fail"].calls == 1 and engine.timings()["nap"].calls == 3  # kept across children
+        with pytest.raises(ValueError, match="ping"):
+            engine.call("")
+    finally:
+        engine.close(kill=True)
+
+
+def test_an_env_with_an_engine_process_reports_where_its_steps_went():
+    import gymnasium as gym
+
+    import ap_gym  # noqa: F401  (registration)
+
+    env = gym.make("ap_gym/TextWorld-v0", split="test", max_episode_steps=10)
+    try:
+        assert env.unwrapped.engine_timings() == {}
+        env.reset(options={"task_id": env.unwrapped.task_ids("test")[0]})
+        env.step("look")
+        env.step("inventory")
+        step = env.unwrapped.engine_timings()["step"]
+        assert step.calls == 2 and 0 < step.engine_s <= step.waited_s
+        assert 0 < env.unwrapped.engine_round_trip_s() < 5
+    finally:
+        env.close()
