@@ -42,11 +42,9 @@ HERE = Path(__file__).resolve().parent
 SHOWN = ("final_success", "calls", "modes", "discard_vs_persist", "audit")
 
 
-def pooled(run_dir: Path, reference: str = "no_memory",
-           leave_out: frozenset[str] = frozenset(), order: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
-    """Each arm's held-out success at the final iteration pooled over seeds, and sentences on
-    which differences to ``reference`` the intervals allow (``leave_out``: settings
-    ``arm/seedN`` that did not finish)."""
+def final_wins(run_dir: Path, leave_out: frozenset[str] = frozenset()) -> dict[str, list[bool]]:
+    """Each arm's held-out outcomes at the final iteration, over every seed (infrastructure
+    failures and the settings ``arm/seedN`` in ``leave_out`` aside)."""
     heads = [h for h in load_headers(run_dir) if h.phase == "eval" and not h.infrastructure_failure
              and f"{h.policy}/seed{h.seed}" not in leave_out]
     last = max(h.iteration for h in heads)
@@ -54,6 +52,15 @@ def pooled(run_dir: Path, reference: str = "no_memory",
     for h in heads:
         if h.iteration == last:
             by[h.policy].append(h.success)
+    return by
+
+
+def pooled(run_dir: Path, reference: str = "no_memory",
+           leave_out: frozenset[str] = frozenset(), order: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """Each arm's held-out success at the final iteration pooled over seeds, and sentences on
+    which differences to ``reference`` the intervals allow (``leave_out``: settings
+    ``arm/seedN`` that did not finish)."""
+    by = final_wins(run_dir, leave_out)
     ref = by.get(reference, [])
     lines = [f"| arm | held-out success (pooled over seeds) | minus {reference} |", "|---|---|---|"]
     said = []
@@ -146,9 +153,7 @@ def baselines(config: RunConfig, benchmark: str) -> list[str]:
 
 def arm_difference(run_dir: Path, arm: str, reference: str = "no_memory") -> Estimate:
     """``arm`` minus ``reference`` in held-out success at the final iteration, pooled over seeds."""
-    heads = [h for h in load_headers(run_dir) if h.phase == "eval" and not h.infrastructure_failure]
-    last = max(h.iteration for h in heads)
-    wins = {name: [h.success for h in heads if h.iteration == last and h.policy == name] for name in (arm, reference)}
+    wins = final_wins(run_dir)
     return difference(sum(wins[arm]), len(wins[arm]), sum(wins[reference]), len(wins[reference]))
 
 
