@@ -150,7 +150,7 @@ class EngineProcess:
     def timings(self) -> dict[str, EngineTiming]:
         """Per engine method, its calls so far (over every child), the engine's own seconds
         and the caller's wait: where a step's time goes."""
-        return {m: EngineTiming(*t) for m, t in self._times.items() if m}
+        return {m: EngineTiming(*t) for m, t in self._times.items()}
 
     def _timed_call(self, method: str, args: tuple[Any, ...], timeout_s: float | None) -> Any:
         conn = self._ensure()
@@ -163,8 +163,9 @@ class EngineProcess:
                       "(call reset() to go on with a new engine)",
             died=f"{self.name}'s engine process died during {label} (exit code {{code}}); "
                  "call reset() to go on with a new engine")
-        calls, in_engine, waited = self._times.get(method, (0, 0.0, 0.0))
-        self._times[method] = (calls + 1, in_engine + (engine_s or 0.0), waited + time.perf_counter() - started)
+        if method:  # a ping is no engine call
+            calls, in_engine, waited = self._times.get(method, (0, 0.0, 0.0))
+            self._times[method] = (calls + 1, in_engine + (engine_s or 0.0), waited + time.perf_counter() - started)
         if status == "error":
             self.close(kill=True)
             raise EnvInfrastructureError(f"{self.name}'s engine failed in {method}: {value}")
