@@ -157,7 +157,7 @@ def test_timings_say_how_much_of_a_call_was_the_engine_and_how_much_the_boundary
     try:
         assert engine.timings() == {}
         round_trip = engine.ping()
-        assert 0 < round_trip < 5 and engine.timings() == {}  # a ping touches no engine and counts as no call
+        assert round_trip > 0 and engine.timings() == {}  # a ping touches no engine and counts as no call
         for _ in range(3):
             assert engine.call("nap", 0.05) == "rested"
         nap = engine.timings()["nap"]
@@ -186,6 +186,6 @@ def test_an_env_with_an_engine_process_reports_where_its_steps_went():
         env.step("inventory")
         step = env.unwrapped.engine_timings()["step"]
         assert step.calls == 2 and 0 < step.engine_s <= step.waited_s
-        assert 0 < env.unwrapped.engine_round_trip_s() < 5
+        assert env.unwrapped.engine_round_trip_s() > 0
     finally:
         env.close()
