@@ -176,7 +176,7 @@ class Child:
             else:
                 environ[key] = value
         fd = theirs.fileno()
-        command = [sys.executable, "-m", "ap_gym.processes", str(fd), str(os.getpid()), name]
+        command = [sys.executable, "-m", "ap_gym._child", str(fd), str(os.getpid()), name]
         self._popen: subprocess.Popen[bytes] = _SPAWNER.run(  # forked by the long-lived thread (see the module)
             lambda: subprocess.Popen(command, pass_fds=(fd,), env=environ, stdin=subprocess.DEVNULL))
         theirs.close()
@@ -223,5 +223,5 @@ def _main(argv: list[str]) -> None:
     target(conn, *args)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the entry before ap_gym._child: a run started by older code still spawns this
     _main(sys.argv)

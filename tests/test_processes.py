@@ -51,3 +51,25 @@ def test_the_cpu_budget_is_omp_num_threads_where_set_else_the_usable_cores(monke
     for bad in ("", "0", "two"):
         monkeypatch.setenv("OMP_NUM_THREADS", bad)
         assert cpu_budget() == len(os.sched_getaffinity(0))
+
+
+def _echo(conn) -> None:  # a Child's target: module-level, pickled by reference
+    conn.send(conn.recv() * 2)
+
+
+def test_a_child_process_says_nothing_on_stderr(tmp_path):
+    """Every engine and worker is a Child: its start printed runpy's warning (the module it
+    ran as ``__main__`` had been imported by ``ap_gym`` already) into every run's output."""
+    script = tmp_path / "child.py"
+    script.write_text("from tests.test_processes import _echo\n"
+                      "from ap_gym.processes import Child\n"
+                      "child = Child(_echo, name='echo')\n"
+                      "child.conn.send(21)\n"
+                      "print(child.conn.recv())\n"
+                      "child.stop()\n")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(script)], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "42"
+    assert done.stderr == "", done.stderr[-2000:]
