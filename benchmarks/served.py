@@ -16,7 +16,8 @@ a first pass that is not timed), repeated ``--repeat`` times; figures are median
 their min-max. The machine and the versions are printed first.
 
 ``--only methods`` measures how ``choose`` chooses against vLLM instead, on real held-out
-states of TextWorld and ScienceWorld taken along the in-process argmax's path: the exact
+states of TextWorld and ScienceWorld taken along the in-process argmax's path, and on open
+ScienceWorld states (random walks): the exact
 search (best-first branch-and-bound over the commands' token trie, over vLLM's prefix
 cache: ``choose_method: search``), greedy decoding under a choice grammar (``constrained``:
 another decision rule) and, where it fits, scoring every command (``prompt_logprobs``); each
@@ -127,29 +128,44 @@ def abba(a: Side, b: Side, repeat: int) -> None:
             side.play()
 
 
-def _states(bench: str, tasks: int, steps: int, local: Any) -> list[tuple[list[dict[str, str]], list[str], int]]:
-    """Real states of ``bench`` (messages, admissible commands, the in-process argmax) along
-    the in-process argmax's path: the steps every method is timed on."""
+def _states(bench: str, tasks: int, steps: int, local: Any, walk: int = -1) -> list[tuple[list[dict[str, str]],
+                                                                                           list[str], int]]:
+    """Real held-out states of ``bench``: (messages, admissible commands, the in-process argmax).
+
+    With ``walk < 0`` they lie along the in-process argmax's own path (the states the agent
+    meets, and the easier ones for the search: the model is sure there). With ``walk >= 0``
+    they are open states: each task takes ``walk`` random admissible commands first (seeded;
+    never ``focus on``, which ends a ScienceWorld episode), then records ``steps`` states
+    while it goes on at random, so containers stand open and the lists are long."""
+    import random
+
     import gymnasium as gym
 
     from ap_gym.policies.prompting import PromptBuilder
     from ap_gym.policies.react import AgentConfig
 
     env = gym.make(f"ap_gym/{ {'textworld': 'TextWorld', 'scienceworld': 'ScienceWorld'}[bench] }-v0", split="test")
+    rng = random.Random(0)
     out = []
     try:
         for task in heldout_subset(env.unwrapped.task_ids("test"), tasks):
             obs, info = env.reset(seed=0, options={"task_id": task, "admissible_commands": True})
             prompt = PromptBuilder(AgentConfig())
             prompt.start(info["instruction"])
-            for _ in range(steps):
+            for n in range(steps + max(walk, 0)):
                 commands = list(info["admissible_commands"])
                 messages = prompt.messages(obs, commands)
-                values = local.score(messages, commands).values
-                best = max(range(len(commands)), key=lambda i: values[i])
-                out.append((messages, commands, best))
-                prompt.record(obs, commands[best])
-                obs, _, terminated, truncated, info = env.step(commands[best])
+                if walk >= 0:
+                    moves = [c for c in commands if not c.startswith("focus on")] or commands
+                    action = rng.choice(moves)
+                if walk < 0 or n >= walk:
+                    values = local.score(messages, commands).values
+                    best = max(range(len(commands)), key=lambda i: values[i])
+                    out.append((messages, commands, best))
+                    if walk < 0:
+                        action = commands[best]
+                prompt.record(obs, action)
+                obs, _, terminated, truncated, info = env.step(action)
                 if terminated or truncated:
                     break
     finally:
@@ -161,62 +177,84 @@ def _step_methods(vllm: str, args: Any) -> list[dict[str, Any]]:
     """Per real state: the exact search and constrained decoding, in alternating order (A B
     on even states, B A on odd ones, so each pays the prompt's first prefill half the time),
     and prompt-logprob scoring where it fits the run (``--scored-states``); each pick against
-    the in-process argmax of the same weights."""
+    the in-process argmax of the same weights. The states are the argmax's path on each
+    benchmark, then open (random-walk) ScienceWorld states."""
     from ap_gym.backbones import OpenAIBackbone, TransformersBackbone
 
     local = TransformersBackbone()
     client = OpenAIBackbone(vllm, deadline_s=args.deadline)
     assert client.supports_search() and client.supports_choice(), "the server offers no search or no choice"
     out = []
-    for bench, tasks, steps in (("textworld", args.tw_tasks, args.tw_steps), ("scienceworld", args.sw_tasks,
-                                                                                args.sw_steps)):
-        states = _states(bench, tasks, steps, local)
+    kinds = [("textworld", "argmax path", args.tw_tasks, args.tw_steps, -1),
+             ("scienceworld", "argmax path", args.sw_tasks, args.sw_steps, -1),
+             ("scienceworld", "open (random walk)", args.open_tasks, args.open_steps, args.open_walk)]
+    for bench, kind, tasks, steps, walk in kinds:
+        if not tasks or not steps:
+            continue
+        t0 = time.perf_counter()
+        states = _states(bench, tasks, steps, local, walk)
+        print(f"{bench}, {kind}: {len(states)} states and their in-process argmax in "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
         client.best(*states[0][:2])  # warm-up: the server, the tokenizer's cache
         client.choose(*states[0][:2])
         times: dict[str, list[float]] = {"search": [], "constrained": [], "scored": []}
         agree = {"search": 0, "constrained": 0, "scored": 0}
+        rounds: list[int] = []
         for n, (messages, commands, best) in enumerate(states):
-            sides = [("search", lambda m=messages, c=commands: client.best(m, c).index),
+            def search(m: list[dict[str, str]] = messages, c: list[str] = commands, r: list[int] = rounds) -> int:
+                found = client.best(m, c)
+                r.append(found.requests)
+                return found.index
+
+            sides = [("search", search),
                      ("constrained", lambda m=messages, c=commands: c.index(client.choose(m, c).text))]
             for name, call in sides if n % 2 == 0 else sides[::-1]:
                 t = time.perf_counter()
                 picked = call()
                 times[name].append(time.perf_counter() - t)
                 agree[name] += picked == best
-            if n < (args.scored_states if bench == "textworld" else args.sw_scored_states):
+            if walk < 0 and n < (args.scored_states if bench == "textworld" else args.sw_scored_states):
                 t = time.perf_counter()
                 values = client.score(messages, commands).values
                 times["scored"].append(time.perf_counter() - t)
                 agree["scored"] += max(range(len(commands)), key=lambda i: values[i]) == best
-            print(f"  {bench} state {n + 1}/{len(states)} ({len(commands)} commands): search "
-                  f"{times['search'][-1]:.2f} s, constrained {times['constrained'][-1]:.2f} s", flush=True)
-        out.append({"bench": bench, "states": len(states), "commands": [len(c) for _, c, _ in states],
-                    "times": times, "agree": agree})
+            print(f"  {bench} {kind} state {n + 1}/{len(states)} ({len(commands)} commands): search "
+                  f"{times['search'][-1]:.2f} s in {rounds[-1]} rounds, constrained {times['constrained'][-1]:.2f} s",
+                  flush=True)
+        out.append({"bench": bench, "kind": kind, "states": len(states), "commands": [len(c) for _, c, _ in states],
+                    "times": times, "agree": agree, "rounds": rounds})
     return out
 
 
 def _method_lines(methods: list[dict[str, Any]], figures: dict[str, Any], args_deadline: float) -> list[str]:
     lines = ["### How `choose` chooses against vLLM", "",
-             "Real held-out states (the no-memory agent's prompt, every admissible command), taken along the "
-             "in-process argmax's path; on each, against vLLM (SmolLM2, the same weights in fp32): the exact search "
-             "(a best-first branch-and-bound over the commands' token trie, `logprob_token_ids` over the prefix "
-             "cache), greedy decoding under a choice grammar (`structured_outputs: {choice}`, `choose_method: "
+             "Real held-out states (the no-memory agent's prompt, every admissible command) of two kinds: along the "
+             "in-process argmax's own path (the states the agent meets, where the model is sure: the easy ones for "
+             "the search), and open ScienceWorld states (random walks, seeded, never `focus on`: containers stand "
+             "open and the lists are long). On each, against vLLM (SmolLM2, the same weights in fp32): the exact "
+             "search (a best-first branch-and-bound over the commands' token trie, `logprob_token_ids` over the "
+             "prefix cache), greedy decoding under a choice grammar (`structured_outputs: {choice}`, `choose_method: "
              "constrained`), and scoring every command (`prompt_logprobs`: a full prefill per command). Search and "
              "constrained alternate which goes first from state to state (each pays a new prompt's prefill half "
              "the time), after one warm-up call each. 'agrees' counts the picks equal to the in-process argmax of "
-             "summed log-likelihood (the paper's rule). Seconds per step: median (min-max) over the states.", "",
-             "| benchmark | states | commands (median) | exact search s/step | agrees | constrained s/step | agrees | "
-             "scoring s/step | agrees |", "|---|---|---|---|---|---|---|---|---|"]
+             "summed log-likelihood (the paper's rule). Seconds per step: median (min-max) over the states; "
+             "rounds: the search's round trips per step, median (min-max).", "",
+             "| benchmark | states | n | commands (median, min-max) | exact search s/step | rounds | agrees | "
+             "constrained s/step | agrees | scoring s/step | agrees |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in methods:
         t, a, n = m["times"], m["agree"], m["states"]
         scored = f"{spread(t['scored'])} | {a['scored']}/{len(t['scored'])}" if t["scored"] else \
             "not run (minutes a state here: 1268 s for one ScienceWorld step, 2026-12-03) | -"
-        lines.append(f"| {m['bench']} | {n} | {statistics.median(m['commands']):.0f} | **{spread(t['search'])}** | "
-                     f"{a['search']}/{n} | {spread(t['constrained'])} | {a['constrained']}/{n} | {scored} |")
-        figures[f"{m['bench']}_methods"] = m
-    return lines + ["", "Targets: exact search <= 3 s/step (median) on ScienceWorld and <= 1 s on TextWorld, agreeing "
-                    "on every state. Constrained decoding is another decision rule: `choose_method: auto` never "
-                    "picks it.", ""]
+        kind = m.get("kind", "argmax path")
+        rounds = m.get("rounds") or [0]
+        lines.append(f"| {m['bench']} | {kind} | {n} | {statistics.median(m['commands']):.0f} "
+                     f"({min(m['commands'])}-{max(m['commands'])}) | **{spread(t['search'])}** | "
+                     f"{statistics.median(rounds):.0f} ({min(rounds)}-{max(rounds)}) | {a['search']}/{n} | "
+                     f"{spread(t['constrained'])} | {a['constrained']}/{n} | {scored} |")
+        figures[f"{m['bench']}_{'open' if kind.startswith('open') else 'path'}_methods"] = m
+    return lines + ["", "Targets: exact search <= 3 s/step (median) on ScienceWorld, open states included, and <= 1 s "
+                    "on TextWorld, agreeing on every state. Constrained decoding is another decision rule: "
+                    "`choose_method: auto` never picks it.", ""]
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -234,12 +272,17 @@ def main() -> None:
     parser.add_argument("--tw-steps", type=int, default=5, help="TextWorld steps per task for the choice methods")
     parser.add_argument("--sw-tasks", type=int, default=5, help="ScienceWorld tasks for the choice methods")
     parser.add_argument("--sw-steps", type=int, default=5, help="ScienceWorld steps per task for the choice methods")
+    parser.add_argument("--open-tasks", type=int, default=5, help="ScienceWorld tasks walked at random for open states")
+    parser.add_argument("--open-steps", type=int, default=5, help="open states recorded per task")
+    parser.add_argument("--open-walk", type=int, default=3, help="random steps before a task's first open state")
     parser.add_argument("--scored-states", type=int, default=20, help="TextWorld states that scoring also plays")
     parser.add_argument("--sw-scored-states", type=int, default=0,
                         help="ScienceWorld states that scoring plays (about 20 minutes a state here)")
     parser.add_argument("--deadline", type=float, default=2400.0,
                         help="seconds one call may take in the choice methods (scoring ~400 ScienceWorld commands "
                              "through prompt_logprobs took over 13 min for one step here)")
+    parser.add_argument("--block-size", type=int, default=32,
+                        help="vLLM's KV block in tokens (0: vLLM's own, 128 on a CPU)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     print(f"machine: {machine()}\n")
@@ -255,7 +298,9 @@ def main() -> None:
                                "repeat": args.repeat}
     sides: list[Side] = []
     methods: list[dict[str, Any]] = []
-    with VLLMServer(model, vllm_python(ROOT), log=Path(tempfile.mkdtemp()) / "vllm.log") as vllm:
+    log = Path(tempfile.mkdtemp()) / "vllm.log"
+    print(f"vLLM's log: {log}", flush=True)
+    with VLLMServer(model, vllm_python(ROOT), log=log, block_size=args.block_size) as vllm:
         if args.only in (None, "methods"):
             methods = _step_methods(vllm, args)
         if args.only in (None, "choose"):
