@@ -63,7 +63,7 @@ $(VLLM_STAMP): | $(STAMP)
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/ap-gym run benchmarks/smoke.yaml
 	HF_HUB_OFFLINE=1 $(BIN)/ap-gym report results/smoke
-	HF_HUB_OFFLINE=1 $(BIN)/ap-gym injection --iterations 2 --train-per-iter 30 --heldout 30 --out results/injection
+	HF_HUB_OFFLINE=1 $(BIN)/ap-gym injection --iterations 2 --train-per-iter 20 --heldout 20 --out results/injection
 	HF_HUB_OFFLINE=1 $(BIN)/ap-gym demo --trained
 
 # The browser tests drive Debian's Chromium through Playwright (no browser download is

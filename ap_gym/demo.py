@@ -115,7 +115,8 @@ def trained_demo(out: str | Path = "results", checkpoint: str | None = None, tas
         "name": "demo-trained", "out": str(out), "benchmarks": ["alfworld"],
         "env_options": {"alfworld": {"games": "generated"}}, "backbones": {"trained": str(found), "untrained": "default"},
         "policies": [{**agent, "label": "agent"}, {"name": "rule_household", "label": "rule"}], "seeds": [0],
-        "iterations": 1, "train_per_iter": 0, "heldout": tasks, "max_steps": max_steps, "workers": 1, "lanes": 2})
+        "iterations": 1, "train_per_iter": 0, "heldout": tasks, "max_steps": max_steps, "workers": 1,
+        "lanes": tasks})  # every game in one batched round
     console.log(f"the trained agent {found} beside the untrained model and the best simple rule on {tasks} held-out "
                 f"ALFWorld games ({max_steps}-step limit)")
     heads = [h for h in load_headers(run(config)) if h.phase == "eval"]
