@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ap_gym"
 
 #: Modules anyone may import: they import nothing of ap-gym above them.
-CORE = ("types", "errors", "paths", "options", "text", "prompts", "seeding", "processes", "net", "trainlog")
+CORE = ("types", "errors", "paths", "options", "text", "prompts", "seeding", "processes", "_child", "net", "trainlog")
 
 
 @dataclass(frozen=True)
