@@ -49,7 +49,7 @@ from typing import Any
 
 import ap_gym
 from ap_gym.backbones.loading import default_model_dir
-from ap_gym.backbones.vllm_server import VLLMServer, vllm_python
+from ap_gym.backbones.vllm_server import DEFAULT_BLOCK_SIZE, VLLMServer, vllm_python
 from ap_gym.protocol import RunConfig, Runner, heldout_subset
 from ap_gym.protocol.setting import Setting, build_policy, make_env
 
@@ -226,7 +226,7 @@ def _step_methods(vllm: str, args: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _method_lines(methods: list[dict[str, Any]], figures: dict[str, Any], args_deadline: float) -> list[str]:
+def _method_lines(methods: list[dict[str, Any]], figures: dict[str, Any]) -> list[str]:
     lines = ["### How `choose` chooses against vLLM", "",
              "Real held-out states (the no-memory agent's prompt, every admissible command) of two kinds: along the "
              "in-process argmax's own path (the states the agent meets, where the model is sure: the easy ones for "
@@ -245,8 +245,7 @@ def _method_lines(methods: list[dict[str, Any]], figures: dict[str, Any], args_d
         t, a, n = m["times"], m["agree"], m["states"]
         scored = f"{spread(t['scored'])} | {a['scored']}/{len(t['scored'])}" if t["scored"] else \
             "not run (minutes a state here: 1268 s for one ScienceWorld step, 2026-12-03) | -"
-        kind = m.get("kind", "argmax path")
-        rounds = m.get("rounds") or [0]
+        kind, rounds = m["kind"], m["rounds"]
         lines.append(f"| {m['bench']} | {kind} | {n} | {statistics.median(m['commands']):.0f} "
                      f"({min(m['commands'])}-{max(m['commands'])}) | **{spread(t['search'])}** | "
                      f"{statistics.median(rounds):.0f} ({min(rounds)}-{max(rounds)}) | {a['search']}/{n} | "
@@ -281,7 +280,7 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, default=2400.0,
                         help="seconds one call may take in the choice methods (scoring ~400 ScienceWorld commands "
                              "through prompt_logprobs took over 13 min for one step here)")
-    parser.add_argument("--block-size", type=int, default=32,
+    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE,
                         help="vLLM's KV block in tokens (0: vLLM's own, 128 on a CPU)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
@@ -320,7 +319,7 @@ def main() -> None:
             react_4 = Side("vLLM react, 4 lanes", vllm, "react", 4, lane_tasks, args.max_steps)
             abba(react_1, react_4, args.repeat)
             sides += [react_1, react_4]
-    lines = _method_lines(methods, figures, args.deadline) if methods else []
+    lines = _method_lines(methods, figures) if methods else []
     lines += [f"TextWorld held-out tasks, at most {args.max_steps} steps, no-memory agent, {args.repeat} x ABBA after "
               "a warm-up pass of each side, median (min-max).", "",
               "| configuration | tasks | steps | s/step | episodes/min |", "|---|---|---|---|---|"] if sides else []

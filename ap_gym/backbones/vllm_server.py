@@ -21,7 +21,10 @@ from typing import Any
 
 import httpx
 
-__all__ = ["VLLMServer", "vllm_python"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "VLLMServer", "vllm_python"]
+
+#: The KV block :class:`VLLMServer` asks for (see its ``block_size``).
+DEFAULT_BLOCK_SIZE = 32
 
 
 def vllm_python(root: str | Path | None = None) -> Path:
@@ -52,7 +55,7 @@ class VLLMServer:
 
     def __init__(self, model: str | Path, python: str | Path | None = None, *, name: str = "smollm2",
                  log: str | Path | None = None, ready_timeout_s: float = 600.0, enforce_eager: bool = True,
-                 kv_cache_gib: int = 2, block_size: int | None = 32, extra: list[str] | None = None) -> None:
+                 kv_cache_gib: int = 2, block_size: int | None = DEFAULT_BLOCK_SIZE, extra: list[str] | None = None) -> None:
         self.model, self.python, self.name = Path(model), Path(python or vllm_python()), name
         self.log = Path(log) if log else None
         self.ready_timeout_s = ready_timeout_s
