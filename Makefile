@@ -117,6 +117,7 @@ view-assets:
 PY := HF_HUB_OFFLINE=1 $(BIN)/python
 bench: $(STAMP) browser
 	$(PY) benchmarks/env_overhead.py --tasks 4 --rounds 4
+	$(PY) benchmarks/engine_boundary.py
 	$(PY) benchmarks/rollout_overhead.py --tasks 20 --rounds 4
 	$(PY) benchmarks/backbone_speed.py --repeats 3
 	$(PY) benchmarks/throughput.py --workers-only --backbones tiny --repeat 5
@@ -129,6 +130,7 @@ bench: $(STAMP) browser
 
 bench-full: $(STAMP) $(VLLM_STAMP) browser
 	$(PY) benchmarks/env_overhead.py
+	$(PY) benchmarks/engine_boundary.py
 	$(PY) benchmarks/tales_scienceworld.py
 	$(PY) benchmarks/rollout_overhead.py
 	$(PY) benchmarks/backbone_speed.py

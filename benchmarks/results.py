@@ -21,7 +21,7 @@ from benchmarks._bench import RESULTS_DIR  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 #: Sections in reading order; any other section follows, by name.
 ORDER = ("agent_alfworld", "trained_memory_alfworld", "agent_treasure", "trained_memory_treasure", "learning",
-         "env_overhead", "tales_scienceworld", "rollout_overhead", "backbone_speed", "throughput_workers",
+         "env_overhead", "engine_boundary", "tales_scienceworld", "rollout_overhead", "backbone_speed", "throughput_workers",
          "throughput", "throughput_lanes", "served", "served_methods", "retrieval_quick", "retrieval", "view_scale", "llm_calls", "memory_growth",
          "training", "faults", "faults_envs", "faults_exposure", "faults_substitutions", "faults_served", "faults_viewer", "faults_reliability", "faults_issue51",
          "failing_first", "failing_first_issue42", "failing_first_issue51", "failing_first_54a2384", "failing_first_d5d29a3", "grounded_card", "audit_labeller", "audit_labeller_judge", "recovery", "injection", "supplied_skills",

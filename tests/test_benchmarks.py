@@ -63,3 +63,14 @@ def test_the_guidance_table_tells_commands_from_advice(text, commands):
     from benchmarks.trained_memory import only_commands
 
     assert only_commands(text) is commands
+
+
+def test_engine_boundary_py_runs_small_and_shows_every_side_quiet_and_hogged(tmp_path):
+    """The script behind issue 52's blocked boundary item: every side has a row on both
+    machines, or is named as left out (a kernel or CPU without ``sched_setattr``)."""
+    text = _script(tmp_path, "engine_boundary.py", "--step-ms", "0.2", "--steps", "5", "--rounds", "2", "--hog", "1")
+    for state in ("quiet", "1-process hog"):
+        assert f"| {state} | raw | " in text and f"| {state} | scheduler | " in text
+        for side in ("one CPU", "short slice", "one CPU + short slice"):
+            assert f"| {state} | {side} | " in text or f"Left out ({state}): {side}:" in text, (state, side)
+    assert "Target (issue 52" in text
