@@ -172,9 +172,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         run_dir = run(config, other_weights=args.other_weights)
     except BackboneError as e:
         raise ConfigError(f"{e}") from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print(f"\nap-gym: interrupted. Finished episodes are kept in {config.run_dir}; run the same command "
               "again to resume where it stopped.", file=sys.stderr)
+        for note in getattr(e, "__notes__", []):  # a part that failed to close on the way out
+            print(f"ap-gym: {note}", file=sys.stderr)
         return 130
     finally:
         for sig, handler in previous.items():

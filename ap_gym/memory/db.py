@@ -117,6 +117,7 @@ class MemoryDB:
         self.readonly = readonly
         self.ann_threshold = ann_threshold
         self.lock = threading.RLock()
+        self.closed = False
         self._tables: list[Any] = []
         existed = self.path.exists() and self.path.stat().st_size > 0
         if readonly and not existed:
@@ -316,9 +317,17 @@ class MemoryDB:
         return dest
 
     def close(self) -> None:
+        """Fold the WAL in and close; a second call does nothing. A run stopped (Ctrl-C)
+        between a memory's closing its database and opening the next one closes it again on
+        the way out, and that must not replace the reason the run stopped."""
         with self.lock:
-            self.checkpoint()
-            self.conn.close()
+            if self.closed:
+                return
+            try:
+                self.checkpoint()
+            finally:
+                self.conn.close()
+                self.closed = True
 
     @staticmethod
     def validate(path: str | Path, embedding_dim: int | None = None) -> None:

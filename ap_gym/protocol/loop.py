@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,30 @@ def training_sample(task_ids: Sequence[str], n: int, seed: int, iteration: int) 
     if n <= len(task_ids):
         return rng.sample(list(task_ids), n)
     return [rng.choice(list(task_ids)) for _ in range(n)]
+
+
+def _close_all(closers: Iterable[Callable[[], Any]], stopped: BaseException | None = None) -> None:
+    """Call every closer, even after one fails.
+
+    With ``stopped`` (the exception that is ending the run: Ctrl-C, SIGTERM, a crash), a
+    closer's failure becomes a note on it, and the caller raises ``stopped``. A part left
+    half-open by the interruption must not replace the reason the run stopped with its own
+    traceback (a Ctrl-C between a memory's closing and reopening its database once ended
+    the CLI with a ``sqlite3`` error and exit status 1, not 130). Without ``stopped``, the
+    first failure is raised once every closer has run.
+    """
+    first: Exception | None = None
+    for close in closers:
+        try:
+            close()
+        except Exception as e:
+            if stopped is not None:
+                stopped.add_note(f"while stopping, {getattr(close, '__qualname__', close)} also failed: "
+                                 f"{type(e).__name__}: {e}")
+            elif first is None:
+                first = e
+    if first is not None:
+        raise first
 
 
 def heldout_subset(task_ids: Sequence[str], n: int | None) -> list[str]:
@@ -179,6 +203,8 @@ class Runner:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       disable=not progress) as bar:
             overall = bar.add_task(f"{config.name}: settings", total=len(settings))
+            # a SIGKILL skips the marker's removal: the viewer then finds the pid gone
+            closers = [self.close, lambda: marker.unlink(missing_ok=True)]
             try:
                 if isinstance(self.executor, SettingsRunner) and len(settings) > 1 and config.workers > 1:
                     self.executor.run_settings(
@@ -188,9 +214,10 @@ class Runner:
                     for setting in settings:
                         self.run_setting(setting, bar)
                         bar.advance(overall)
-            finally:
-                self.close()
-                marker.unlink(missing_ok=True)  # a SIGKILL skips this: the viewer then finds the pid gone
+            except BaseException as e:
+                _close_all(closers, stopped=e)
+                raise
+            _close_all(closers)
         atomic_write_json(run_dir / "summary.json", summarise(run_dir))
         return run_dir
 
@@ -418,10 +445,13 @@ class SettingRun:
             for it in range(self.config.iterations):
                 self.train(it)
                 self.evaluate(it, self.directory / "snapshots" / f"iter{it}")
-        finally:
-            self.env.close()
-            if self.stateful:
-                self.policy.close()
+        except BaseException as e:
+            _close_all(self._closers(), stopped=e)
+            raise
+        _close_all(self._closers())
+
+    def _closers(self) -> list[Callable[[], None]]:
+        return [self.env.close, *([self.policy.close] if self.stateful else [])]
 
     def start_state(self) -> None:
         """The memory every seed starts from: empty, or the policy's ``initial_state`` snapshot."""

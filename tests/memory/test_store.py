@@ -295,3 +295,14 @@ def test_a_memory_left_with_only_some_of_its_tables_and_no_meta_is_finished(tmp_
     TrajectoryStore(db).add(task_id="t/0", family="f", instruction="do it", steps=[], success=True, score=1.0,
                             embedding=np.ones(4, dtype=np.float32), iteration=0)
     db.close()
+
+
+def test_closing_a_database_twice_does_nothing_the_second_time(tmp_path):
+    """A run stopped between a memory's closing its database and opening the next one
+    closes it again on the way out: that second close must not raise."""
+    db = MemoryDB(tmp_path / "m.sqlite", embedding_dim=3)
+    db.close()
+    db.close()
+    assert db.closed
+    with pytest.raises(sqlite3.ProgrammingError):  # closed for real: nothing reads through it
+        db.conn.execute("SELECT 1")

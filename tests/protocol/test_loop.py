@@ -211,3 +211,43 @@ def test_a_second_writer_of_a_run_is_refused_naming_the_first(tmp_path):
         run(RunConfig.from_dict(data), progress=False)
     assert not (tmp_path / "t").exists()  # refused before anything was written
     run(RunConfig.from_dict(data), progress=False)  # the lock released: it runs
+
+
+def test_a_stop_while_the_memory_reopens_its_database_stays_a_stop(tmp_path, monkeypatch):
+    """Ctrl-C while a memory switched databases (closed the training one, not yet opened the
+    next) left its database closed; closing the policy on the way out then raised sqlite3's
+    "Cannot operate on a closed database", so the CLI ended with that traceback and exit
+    status 1 instead of its resume message and 130. The stop must come out as the stop."""
+    from ap_gym.memory.memory import Memory
+
+    real, calls = Memory._open, []
+
+    def _open(self, readonly):
+        calls.append(readonly)
+        if len(calls) == 3:  # the first switch after the first open: the database is closed now
+            raise KeyboardInterrupt
+        real(self, readonly)
+
+    monkeypatch.setattr(Memory, "_open", _open)
+    data = config(tmp_path, policies=[{"name": "anti_persistence", "options": config(tmp_path)["policies"][1]["options"]}],
+                  iterations=1, train_per_iter=1, heldout=1)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        run(RunConfig.from_dict(data), progress=False)
+    assert len(calls) == 3 and not getattr(stopped.value, "__notes__", None)
+
+
+def test_closing_calls_every_closer_and_a_stop_keeps_its_reason():
+    from ap_gym.protocol.loop import _close_all
+
+    closed: list[str] = []
+
+    def fails() -> None:
+        closed.append("fails")
+        raise RuntimeError("half open")
+
+    stop = KeyboardInterrupt()
+    _close_all([fails, lambda: closed.append("next")], stopped=stop)  # nothing raised: the caller raises stop
+    assert closed == ["fails", "next"] and "RuntimeError: half open" in stop.__notes__[0]
+    with pytest.raises(RuntimeError, match="half open"):  # no stop: the failure is the news, after every closer
+        _close_all([fails, lambda: closed.append("after")])
+    assert closed[-1] == "after"

@@ -102,7 +102,8 @@ def test_sigterm_and_sigint_stop_cleanly_and_say_how_to_resume(tmp_path, sig):
     else:
         proc, _ = stop_run(tmp_path, data, at, sig=sig)
     err = proc.stderr.read()
-    assert proc.returncode == 130 and "run the same command again to resume" in err and "Traceback" not in err
+    assert proc.returncode == 130 and "run the same command again to resume" in err and "Traceback" not in err, \
+        f"exit status {proc.returncode}; the run's stderr ended:\n{err[-4000:]}"
     if sig == signal.SIGINT:  # stopped, not finished: the viewer must not call it live (issue 43)
         from ap_gym.protocol.results import run_state
 
