@@ -224,7 +224,7 @@ def test_a_stop_while_the_memory_reopens_its_database_stays_a_stop(tmp_path, mon
 
     def _open(self, readonly):
         calls.append(readonly)
-        if len(calls) == 3:  # the first switch after the first open: the database is closed now
+        if len(calls) == 3:  # opens: the memory, clear_state, then the switch to evaluation (training db closed)
             raise KeyboardInterrupt
         real(self, readonly)
 
