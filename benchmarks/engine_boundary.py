@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import platform
 import statistics
@@ -61,6 +62,12 @@ class _SchedAttr(ctypes.Structure):
                 ("deadline", ctypes.c_uint64), ("period", ctypes.c_uint64)]
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """This process's C library, loaded once (the hints are set twice a chunk)."""
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def set_slice(pid: int, slice_ns: int) -> None:
     """Ask for an EEVDF slice of ``slice_ns`` (0: the default) for ``pid`` (0: this thread),
     keeping its policy (SCHED_OTHER) and its nice value.
@@ -72,8 +79,7 @@ def set_slice(pid: int, slice_ns: int) -> None:
         raise OSError(f"sched_setattr's number is not known on {platform.machine()}")
     nice = os.getpriority(os.PRIO_PROCESS, pid)
     attr = _SchedAttr(ctypes.sizeof(_SchedAttr), 0, 0, nice, 0, slice_ns, 0, 0)
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(_SCHED_SETATTR, pid, ctypes.byref(attr), 0) != 0:
+    if _libc().syscall(_SCHED_SETATTR, pid, ctypes.byref(attr), 0) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"sched_setattr: {os.strerror(errno)}")
 

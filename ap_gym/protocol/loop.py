@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,18 @@ def _close_all(closers: Iterable[Callable[[], Any]], stopped: BaseException | No
                 first = e
     if first is not None:
         raise first
+
+
+@contextlib.contextmanager
+def _closing(closers: Iterable[Callable[[], Any]]) -> Iterator[None]:
+    """Run the block, then :func:`_close_all` the closers: as a stop's notes when the block
+    raised (the block's exception goes on), else raising the first failure."""
+    try:
+        yield
+    except BaseException as e:
+        _close_all(closers, stopped=e)
+        raise
+    _close_all(closers)
 
 
 def heldout_subset(task_ids: Sequence[str], n: int | None) -> list[str]:
@@ -204,8 +216,7 @@ class Runner:
                       disable=not progress) as bar:
             overall = bar.add_task(f"{config.name}: settings", total=len(settings))
             # a SIGKILL skips the marker's removal: the viewer then finds the pid gone
-            closers = [self.close, lambda: marker.unlink(missing_ok=True)]
-            try:
+            with _closing([self.close, lambda: marker.unlink(missing_ok=True)]):
                 if isinstance(self.executor, SettingsRunner) and len(settings) > 1 and config.workers > 1:
                     self.executor.run_settings(
                         [(s.benchmark, s.label, s.seed, s.backbone) for s in settings], run_one_setting,
@@ -214,10 +225,6 @@ class Runner:
                     for setting in settings:
                         self.run_setting(setting, bar)
                         bar.advance(overall)
-            except BaseException as e:
-                _close_all(closers, stopped=e)
-                raise
-            _close_all(closers)
         atomic_write_json(run_dir / "summary.json", summarise(run_dir))
         return run_dir
 
@@ -435,7 +442,7 @@ class SettingRun:
                                  + (len(self.heldout) if config.eval_before_training else 0))
 
     def run(self) -> None:
-        try:
+        with _closing([self.env.close, *([self.policy.close] if self.stateful else [])]):
             if self.config.eval_before_training:  # iteration -1: the untrained policy, its starting memory
                 before = self.directory / "snapshots" / "before"
                 if self.stateful and not (before / "state.json").exists():
@@ -445,13 +452,6 @@ class SettingRun:
             for it in range(self.config.iterations):
                 self.train(it)
                 self.evaluate(it, self.directory / "snapshots" / f"iter{it}")
-        except BaseException as e:
-            _close_all(self._closers(), stopped=e)
-            raise
-        _close_all(self._closers())
-
-    def _closers(self) -> list[Callable[[], None]]:
-        return [self.env.close, *([self.policy.close] if self.stateful else [])]
 
     def start_state(self) -> None:
         """The memory every seed starts from: empty, or the policy's ``initial_state`` snapshot."""
